@@ -1,0 +1,16 @@
+"""statecat: Apache Flink savepoints as SQL databases, on Spark.
+
+Layers: ``statecat.statemeta`` (savepoint metadata), ``statecat.readers`` (state data as Arrow)
+and ``statecat.catalog`` (Spark). Importing ``statecat`` loads none of them; ``statecat.attach``
+is resolved on first use so that reader users never import Spark.
+"""
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name == "attach":
+        from statecat.catalog import attach
+
+        return attach
+    raise AttributeError(f"module 'statecat' has no attribute {name!r}")

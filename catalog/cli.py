@@ -1,0 +1,55 @@
+"""The ``statecat`` command. Each subcommand lives in its own module under ``statecat.catalog``
+(``cmd_<name>.py``) with ``add_parser(subparsers)`` and ``run(args) -> int``; ``COMMANDS`` lists them.
+
+Errors statecat raises on purpose (``StatecatError``) print as one line on stderr with exit code 2;
+nothing else is caught, so a bug still shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from statecat.statemeta.errors import StatecatError
+
+COMMANDS = ["inspect", "read", "snapshot", "watch", "savepoint", "attach", "sql"]
+EXIT_USER_ERROR = 2
+
+
+def _command_modules():
+    for name in COMMANDS:
+        try:
+            yield importlib.import_module(f"statecat.catalog.cmd_{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"statecat.catalog.cmd_{name}":
+                raise
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from statecat import __version__
+
+    parser = argparse.ArgumentParser(prog="statecat", description="Apache Flink savepoints as SQL databases, on Spark.")
+    parser.add_argument("--version", action="version", version=f"statecat {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in _command_modules():
+        sub = module.add_parser(subparsers)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args) or 0
+    except StatecatError as exc:
+        print(f"statecat: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

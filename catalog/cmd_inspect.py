@@ -1,0 +1,130 @@
+"""``statecat inspect PATH [--json]``: operators, their states with kinds and types, sizes, handles."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from statecat.statemeta.metadata import FileStream, InlineStream, KeyGroupsHandle, UnsupportedKeyedHandle
+from statecat.statemeta.model import StateMeta, load_state_meta, table_name
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser("inspect", help="show the operators and states of a savepoint")
+    parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    return parser
+
+
+def run(args) -> int:
+    meta = load_state_meta(args.path)
+    report = describe(meta)
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render_text(report))
+    return 0
+
+
+def _handle_kinds(op) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+
+    def count(kind):
+        kinds[kind] = kinds.get(kind, 0) + 1
+
+    for subtask in op.subtasks:
+        for handle in (subtask.managed_keyed, subtask.raw_keyed):
+            if isinstance(handle, KeyGroupsHandle):
+                count(f"keyed-{handle.kind}/{handle.stream.kind}")
+            elif isinstance(handle, UnsupportedKeyedHandle):
+                count(f"keyed-{handle.kind}")
+        for handle in (subtask.managed_operator, subtask.raw_operator):
+            if handle is not None:
+                count(f"operator/{handle.stream.kind}")
+    if op.coordinator is not None:
+        count(f"coordinator/{op.coordinator.kind}")
+    return kinds
+
+
+def _stream_bytes(op) -> int:
+    total = 0
+    for subtask in op.subtasks:
+        for handle in (subtask.managed_keyed, subtask.raw_keyed, subtask.managed_operator, subtask.raw_operator):
+            stream = getattr(handle, "stream", None)
+            if isinstance(stream, (InlineStream, FileStream)):
+                total += stream.size
+    return total
+
+
+def describe(meta: StateMeta) -> dict:
+    md = meta.metadata
+    by_id = {op.id: op for op in md.operators}
+    operators = []
+    for op in meta.operators:
+        raw_op = by_id[op.id]
+        states = []
+        for state in op.states:
+            states.append({
+                "name": state.name,
+                "kind": state.kind,
+                "state_type": state.state_type,
+                "key_type": state.key.describe() if state.key else None,
+                "namespace_type": state.namespace.describe() if state.namespace else None,
+                "value_type": state.value.describe(),
+                "decode_status": state.decode_status,
+                "raw_reasons": state.raw_reasons,
+                "subtasks": sorted({loc.subtask for loc in state.locations}),
+                "table": table_name(op, state),
+            })
+        operators.append({
+            "id": op.id, "uid": op.uid, "name": op.name, "parallelism": op.parallelism,
+            "max_parallelism": op.max_parallelism, "subtasks_with_state": len(raw_op.subtasks),
+            "state_bytes": _stream_bytes(raw_op), "coordinator_bytes": op.coordinator_bytes,
+            "handles": _handle_kinds(raw_op), "unsupported": list(op.unsupported), "states": states,
+        })
+    return {
+        "path": meta.path, "checkpoint_id": md.checkpoint_id, "metadata_version": md.version,
+        "checkpoint_type": md.checkpoint_type, "savepoint_format": md.savepoint_format,
+        "metadata_bytes": md.size, "operators": operators,
+    }
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def render_text(report: dict) -> str:
+    lines = [
+        f"savepoint   {report['path']}",
+        f"checkpoint  {report['checkpoint_id']}  ({report['checkpoint_type'] or 'unknown type'}, "
+        f"format {report['savepoint_format'] or '-'}, _metadata v{report['metadata_version']}, "
+        f"{_size(report['metadata_bytes'])})",
+        f"operators   {len(report['operators'])}",
+        "",
+    ]
+    for op in report["operators"]:
+        title = op["uid"] or op["name"] or "(no uid or name)"
+        lines.append(f"operator {title}")
+        lines.append(f"  id {op['id']}" + (f"  name {op['name']}" if op["name"] and op["uid"] else ""))
+        handles = ", ".join(f"{k} x{v}" for k, v in sorted(op["handles"].items())) or "none"
+        lines.append(f"  parallelism {op['parallelism']}, max parallelism {op['max_parallelism']}, "
+                     f"state {_size(op['state_bytes'])}, handles: {handles}")
+        for reason in op["unsupported"]:
+            lines.append(f"  not readable: {reason}")
+        for st in op["states"]:
+            kind = st["kind"] + (f" {st['state_type']}" if st["state_type"] else "")
+            if st["key_type"] is not None:
+                types = f"key {st['key_type']}, namespace {st['namespace_type']}, value {st['value_type']}"
+            else:
+                types = f"value {st['value_type']}"
+            status = "" if st["decode_status"] == "full" else f"  [raw: {'; '.join(st['raw_reasons'])}]"
+            lines.append(f"    - {st['name']}  ({kind})  {types}{status}")
+        if not op["states"]:
+            lines.append("    (no state)")
+        lines.append("")
+    return "\n".join(lines)

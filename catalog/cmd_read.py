@@ -1,0 +1,125 @@
+"""``statecat read PATH --state NAME``: the rows of one state as JSON lines, CSV or a table."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import json
+import sys
+from decimal import Decimal
+
+import pyarrow as pa
+
+from statecat.readers import SavepointReader
+from statecat.statemeta.errors import LookupFailedError
+from statecat.statemeta.types import TypeDescriptor, key_column_type
+
+TABLE_CELL_WIDTH = 60
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser("read", help="print the rows of one state")
+    parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
+    parser.add_argument("--operator", help="operator id, uid or name (needed when the state name is not unique)")
+    parser.add_argument("--state", required=True, help="state name as Flink wrote it")
+    parser.add_argument("--key", action="append", help="only this key (repeatable); reads only its key-group")
+    parser.add_argument("--limit", type=int, help="at most N rows")
+    parser.add_argument("--format", choices=("jsonl", "csv", "table"), default="jsonl")
+    parser.add_argument("--unpickle", action="store_true",
+                        help="unpickle PyFlink pickled values (runs code from the savepoint: trusted savepoints only)")
+    return parser
+
+
+def parse_key(text: str, key: TypeDescriptor):
+    """A --key argument in the type of the state's key column."""
+    column = key_column_type(key)
+    kind = column.kind
+    try:
+        if kind in ("int", "long", "short", "byte", "INTEGER", "BIGINT", "SMALLINT", "TINYINT"):
+            return int(text)
+        if kind in ("float", "double", "FLOAT", "DOUBLE"):
+            return float(text)
+        if kind in ("boolean", "BOOLEAN"):
+            return text.lower() in ("true", "1", "yes")
+        if column.fields:
+            return json.loads(text)
+    except ValueError as exc:
+        raise LookupFailedError(f"--key {text!r} is not a valid {column.describe()}",
+                                hint="Give the key as it appears in the key column (JSON for composite keys)") from exc
+    return text
+
+
+def to_json_value(value):
+    """Arrow's Python values as JSON: maps with text keys become objects, bytes hex, times ISO text."""
+    if isinstance(value, dict):
+        return {k: to_json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if value and all(isinstance(x, tuple) and len(x) == 2 for x in value):
+            if all(isinstance(k, str) for k, _ in value):
+                return {k: to_json_value(v) for k, v in value}
+            return [[to_json_value(k), to_json_value(v)] for k, v in value]
+        return [to_json_value(v) for v in value]
+    if isinstance(value, tuple):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return {"hex": bytes(value).hex()}
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return value.isoformat()
+    return value
+
+
+def run(args) -> int:
+    reader = SavepointReader(args.path, unpickle=args.unpickle)
+    operator, state = reader.find(args.state, args.operator)
+    keys = [parse_key(k, state.key) for k in args.key] if args.key else None
+    if keys is not None and not state.is_keyed:
+        raise LookupFailedError(f"--key applies to keyed states; {state.name!r} is a {state.kind} state")
+    columns = reader.schema(state.name, operator.id).names
+    rows = _limited(reader.batches(state.name, operator.id, keys=keys), args.limit)
+    out = sys.stdout
+    if args.format == "jsonl":
+        for row in rows:
+            out.write(json.dumps({c: to_json_value(row[c]) for c in columns}, ensure_ascii=False) + "\n")
+    elif args.format == "csv":
+        writer = csv.writer(out)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_cell(row[c]) for c in columns])
+    else:
+        _table(out, columns, [[_cell(row[c]) for c in columns] for row in rows])
+    return 0
+
+
+def _limited(batches, limit):
+    count = 0
+    for batch in batches:
+        for row in batch.to_pylist():
+            if limit is not None and count >= limit:
+                return
+            count += 1
+            yield row
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    converted = to_json_value(value)
+    return converted if isinstance(converted, str) else json.dumps(converted, ensure_ascii=False)
+
+
+def _table(out, columns, rows) -> None:
+    cells = [[c[:TABLE_CELL_WIDTH] for c in row] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+    out.write(line + "\n")
+    out.write("|" + "|".join(f" {c:<{w}} " for c, w in zip(columns, widths)) + "|\n")
+    out.write(line + "\n")
+    for row in cells:
+        out.write("|" + "|".join(f" {c:<{w}} " for c, w in zip(row, widths)) + "|\n")
+    out.write(line + "\n")
+    out.write(f"{len(rows)} row{'s' if len(rows) != 1 else ''}\n")
+
+
+__all__ = ["parse_key", "to_json_value", "pa"]

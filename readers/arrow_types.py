@@ -1,0 +1,59 @@
+"""Arrow types of decoded values, following the type descriptors (and their Spark SQL types)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from statecat.statemeta.types import STRUCT_KINDS, TypeDescriptor, key_column_type
+from statecat.statemeta.model import StateInfo
+
+# Spark keeps microseconds; nanoseconds below that are truncated (documented in the README).
+TIMESTAMP = pa.timestamp("us")
+TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
+
+_SCALARS = {
+    "boolean": pa.bool_(), "byte": pa.int8(), "short": pa.int16(), "int": pa.int32(), "long": pa.int64(),
+    "float": pa.float32(), "double": pa.float64(), "char": pa.string(), "string": pa.string(),
+    "bytes": pa.binary(), "void": pa.string(), "void_namespace": pa.string(), "global_window": pa.string(),
+    "bigint": pa.string(), "bigdec": pa.string(), "sql_date": pa.date32(), "sql_time": pa.string(),
+    "sql_timestamp": TIMESTAMP, "date": TIMESTAMP_UTC, "instant": TIMESTAMP_UTC, "local_date": pa.date32(),
+    "local_time": pa.string(), "local_datetime": TIMESTAMP, "enum": pa.string(), "string_data": pa.string(),
+    "raw": pa.binary(), "pickled": pa.string(), "timestamp_data": TIMESTAMP, "timer": pa.int64(),
+    "CHAR": pa.string(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(), "BINARY": pa.binary(),
+    "VARBINARY": pa.binary(), "TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(), "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(),
+    "TIME_WITHOUT_TIME_ZONE": pa.string(), "TIMESTAMP_WITHOUT_TIME_ZONE": TIMESTAMP,
+    "TIMESTAMP_WITH_LOCAL_TIME_ZONE": TIMESTAMP_UTC, "RAW": pa.binary(), "NULL": pa.string(),
+}
+
+
+def arrow_type(desc: TypeDescriptor) -> pa.DataType:
+    kind = desc.kind
+    if kind in _SCALARS:
+        return _SCALARS[kind]
+    if kind in ("decimal_data", "DECIMAL"):
+        return pa.decimal128(desc.attr("precision"), desc.attr("scale"))
+    if kind in ("nullable", "ttl", "external", "raw_value"):
+        return arrow_type(desc.fields[0][1])
+    if kind in ("list", "primitive_array", "string_array", "generic_array", "ARRAY", "array_data"):
+        return pa.list_(arrow_type(desc.fields[0][1]))
+    if kind in ("map", "MAP", "map_data"):
+        return pa.map_(arrow_type(desc.child("key")), arrow_type(desc.child("value")))
+    if kind == "MULTISET":
+        return pa.map_(arrow_type(desc.child("element")), pa.int32())
+    if kind in STRUCT_KINDS:
+        if not desc.fields:
+            return pa.string()
+        return pa.struct([pa.field(name, arrow_type(t)) for name, t in desc.fields])
+    raise TypeError(f"no Arrow type for {desc.describe()}")
+
+
+def state_schema(state: StateInfo) -> pa.Schema:
+    """Keyed states: (key, namespace, value); operator states: (value, subtask)."""
+    if state.is_keyed:
+        return pa.schema([
+            pa.field("key", arrow_type(key_column_type(state.key))),
+            pa.field("namespace", arrow_type(state.namespace) if state.namespace is not None else pa.string()),
+            pa.field("value", arrow_type(state.value)),
+        ])
+    return pa.schema([pa.field("value", arrow_type(state.value)), pa.field("subtask", pa.int32())])

@@ -1,0 +1,419 @@
+"""Streams one state's rows out of its subtasks' state streams as Arrow record batches.
+
+Keyed state is read key-group by key-group (each one a byte range given by the handle's offsets),
+so memory is bounded by one key-group plus one batch, and reading chosen key-groups touches only
+their bytes. Operator state is read element by element at the offsets the handle lists.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from statecat.readers.arrow_types import state_schema
+from statecat.readers.decoders import (
+    LIST_ELEMENT_DELIMITER,
+    TIMER_TIMESTAMP_FLIP,
+    DecodeError,
+    build_decoder,
+    build_key_decoder,
+)
+from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
+from statecat.statemeta.headers import open_stream
+from statecat.statemeta.model import KeyedLocation, OperatorLocation, OperatorMeta, StateInfo, StateMeta
+from statecat.statemeta.types import TypeDescriptor
+
+DEFAULT_BATCH_ROWS = 65_536
+END_OF_KEY_GROUP = 0xFFFF
+META_DATA_FOLLOWS_FLAG = 0x80
+SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
+
+_U16 = struct.Struct(">H").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+
+
+@dataclass
+class ReadStats:
+    """What a read cost: bytes of state data read from storage and key-groups visited."""
+
+    bytes_read: int = 0
+    key_groups: int = 0
+    rows: int = 0
+    subtasks: set = field(default_factory=set)
+
+
+def decompress_snappy_framed(data: bytes) -> bytes:
+    import cramjam
+
+    if not data.startswith(SNAPPY_STREAM_IDENTIFIER):
+        data = SNAPPY_STREAM_IDENTIFIER + data
+    return bytes(cramjam.snappy.decompress(data))
+
+
+def _varbytes_length(n: int) -> int:
+    """How many bytes Flink's little-endian base-256 length trailer takes for ``n``."""
+    count = 1
+    n >>= 8
+    while n:
+        count += 1
+        n >>= 8
+    return count
+
+
+def _raw_decoder(buf, pos):  # placeholder; raw parts are sliced by the caller
+    raise AssertionError("raw parts are framed by the caller")
+
+
+class KeyedStateScanner:
+    """Decodes one keyed (or timer) state of one operator."""
+
+    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False):
+        if not state.is_keyed:
+            raise ValueError(f"{state.name} is not a keyed state")
+        self.meta = meta
+        self.operator = operator
+        self.state = state
+        self.schema = state_schema(state)
+        self.prefix = operator.key_group_prefix_bytes
+        self.key_raw = state.key.kind == "raw"
+        self.key_decoder = None if self.key_raw else build_key_decoder(state.key)
+        namespace = state.namespace or TypeDescriptor.of("void_namespace")
+        self.namespace_raw = namespace.kind == "raw"
+        self.namespace_decoder = None if self.namespace_raw else build_decoder(namespace, unpickle=unpickle)
+        self.namespace_length = namespace.fixed_length
+        self.ambiguous = state.kind == "keyed" and state.key.fixed_length is None and namespace.fixed_length is None
+        self.stats = ReadStats()
+        value = state.value
+        if state.kind == "timer":
+            self.value_kind = "timer"
+        elif state.state_type == "MAP" and value.kind == "map":
+            self.value_kind = "map"
+            self.user_key_decoder = self._decoder_or_none(value.child("key"), unpickle)
+            self.map_value_decoder = self._decoder_or_none(value.child("value"), unpickle)
+        elif state.state_type == "LIST" and value.kind == "list":
+            self.value_kind = "list"
+            self.element_decoder = build_decoder(value.child("element"), unpickle=unpickle)
+        else:
+            self.value_kind = "value"
+            self.value_decoder = self._decoder_or_none(value, unpickle)
+        if (self.key_raw or self.namespace_raw) and (self.value_kind in ("map", "timer") or self.namespace_length is None):
+            raise UnsupportedError(
+                "the key and namespace of this state cannot be told apart: "
+                + "; ".join(state.raw_reasons), operator=operator.label, state=state.name)
+
+    @staticmethod
+    def _decoder_or_none(desc: TypeDescriptor, unpickle: bool):
+        return None if desc.kind == "raw" else build_decoder(desc, unpickle=unpickle)
+
+    # -- planning
+
+    def locations(self) -> list[KeyedLocation]:
+        return list(self.state.locations)
+
+    # -- reading
+
+    def batches(self, locations: Iterable[KeyedLocation] | None = None, key_groups: set[int] | None = None,
+                batch_rows: int = DEFAULT_BATCH_ROWS, keys: list | None = None) -> Iterator[pa.RecordBatch]:
+        columns: tuple[list, list, list] = ([], [], [])
+        wanted = None if keys is None else set(_hashable(k) for k in keys)
+        for location in (self.state.locations if locations is None else locations):
+            if location.offsets and location.start_key_group is not None:
+                pass
+            for key_group, data, file, base in self._key_groups(location, key_groups):
+                self._decode_key_group(key_group, data, location.state_id, columns, file, base, wanted)
+                if len(columns[0]) >= batch_rows:
+                    yield self._batch(columns)
+                    columns = ([], [], [])
+        if columns[0] or not self.stats.rows:
+            yield self._batch(columns)
+
+    def _batch(self, columns) -> pa.RecordBatch:
+        keys, namespaces, values = columns
+        self.stats.rows += len(keys)
+        try:
+            arrays = [pa.array(col, type=f.type) for col, f in zip(columns, self.schema)]
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            raise FormatError(f"decoded values do not fit the state's type {self.schema}: {exc}",
+                              operator=self.operator.label, state=self.state.name) from exc
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+
+    def _key_groups(self, location: KeyedLocation, key_groups: set[int] | None):
+        offsets = location.offsets
+        starts = sorted(o for o in offsets if o > 0)
+        stream_end = location.stream.size
+        next_start = {s: e for s, e in zip(starts, starts[1:] + [stream_end])}
+        stream = file = base = None
+        try:
+            for i, offset in enumerate(offsets):
+                key_group = location.start_key_group + i
+                if offset <= 0 or (key_groups is not None and key_group not in key_groups):
+                    continue
+                if stream is None:
+                    stream, file, base = open_stream(self.meta.storage, location.stream, 0)
+                    position = 0
+                end = next_start[offset]
+                if offset != position:
+                    stream.seek(base + offset)
+                data = stream.read(end - offset)
+                position = end
+                if len(data) != end - offset:
+                    raise FormatError(f"expected key-group {key_group} to span {end - offset} bytes, the file ends "
+                                      f"after {len(data)}", file=file, offset=base + offset + len(data),
+                                      operator=self.operator.label, state=self.state.name,
+                                      hint="The state file is truncated")
+                self.stats.bytes_read += len(data)
+                self.stats.key_groups += 1
+                self.stats.subtasks.add(location.subtask)
+                if location.compressed:
+                    data = decompress_snappy_framed(data)
+                yield key_group, data, file, base + offset
+        finally:
+            if stream is not None:
+                stream.close()
+
+    def _decode_key_group(self, key_group: int, buf: bytes, state_id: int, columns, file: str, base: int, wanted) -> None:
+        keys, namespaces, values = columns
+        prefix = self.prefix
+        value_kind = self.value_kind
+        pos = 2
+        size = len(buf)
+        current = _U16(buf, 0)[0]
+        map_key = None  # (key bytes, namespace bytes) of the map row being filled
+        map_entries: list = []
+        try:
+            while True:
+                key_len = _I32(buf, pos)[0]
+                key_at = pos + 4
+                value_len = _I32(buf, key_at + key_len)[0]
+                value_at = key_at + key_len + 4
+                pos = value_at + value_len
+                if key_len < prefix or value_len < 0 or pos > size:
+                    raise DecodeError(f"key length {key_len} / value length {value_len} exceed the key-group's "
+                                      f"{size} bytes")
+                first = buf[key_at]
+                if current == state_id:
+                    stored_group = ((first & 0x7F) << 8 | buf[key_at + 1]) if prefix == 2 else first & 0x7F
+                    if stored_group != key_group:
+                        raise DecodeError(f"entry of key-group {stored_group} inside key-group {key_group}")
+                    if first & META_DATA_FOLLOWS_FLAG:
+                        # Clear the flag in a copy so the key bytes read as Flink wrote them.
+                        key_bytes = bytes([first & 0x7F]) + buf[key_at + 1:key_at + key_len]
+                        kbuf, kpos = key_bytes, 0
+                    else:
+                        kbuf, kpos = buf, key_at
+                    kend = kpos + key_len
+                    if value_kind == "map":
+                        key, namespace, user_at = self._split_key(kbuf, kpos + prefix, kend)
+                        identity = bytes(kbuf[kpos + prefix:user_at])
+                        user_key = (bytes(kbuf[user_at:kend]) if self.user_key_decoder is None
+                                    else self._decode_exact(self.user_key_decoder, kbuf, user_at, kend, "map key"))
+                        if identity != map_key:
+                            if map_key is not None and map_entries:
+                                values.append(map_entries)
+                            map_key = identity
+                            map_entries = []
+                            if wanted is not None and _hashable(key) not in wanted:
+                                map_key = b"\x00skip" + identity
+                            else:
+                                keys.append(key)
+                                namespaces.append(namespace)
+                        if not map_key.startswith(b"\x00skip"):
+                            map_entries.append((user_key, self._map_value(buf, value_at, value_len)))
+                    elif value_kind == "timer":
+                        timestamp = _I64(kbuf, kpos + prefix)[0] ^ TIMER_TIMESTAMP_FLIP
+                        timestamp = timestamp - (1 << 64) if timestamp >= (1 << 63) else timestamp
+                        key, namespace, end = self._split_key(kbuf, kpos + prefix + 8, kend)
+                        if end != kend:
+                            raise DecodeError(f"timer element has {kend - end} unread bytes")
+                        if wanted is None or _hashable(key) in wanted:
+                            keys.append(key)
+                            namespaces.append(namespace)
+                            values.append(timestamp)
+                    else:
+                        key, namespace, end = self._split_key(kbuf, kpos + prefix, kend)
+                        if end != kend:
+                            raise DecodeError(f"composite key has {kend - end} unread bytes after the namespace")
+                        if wanted is None or _hashable(key) in wanted:
+                            keys.append(key)
+                            namespaces.append(namespace)
+                            values.append(self._value(buf, value_at, value_len))
+                if first & META_DATA_FOLLOWS_FLAG:
+                    if value_kind == "map" and current == state_id and map_key is not None:
+                        if map_entries and not map_key.startswith(b"\x00skip"):
+                            values.append(map_entries)
+                        map_key, map_entries = None, []
+                    current = _U16(buf, pos)[0]
+                    pos += 2
+                    if current == END_OF_KEY_GROUP:
+                        break
+        except (DecodeError, struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+            raise FormatError(f"could not decode an entry of key-group {key_group}: {exc}", file=file,
+                              offset=base + min(pos, size), operator=self.operator.label, state=self.state.name,
+                              hint="The state file is damaged, or its type is not what the header says") from None
+        if pos != size:
+            raise FormatError(f"expected key-group {key_group} to end at its END marker, found {size - pos} more bytes",
+                              file=file, offset=base + pos, operator=self.operator.label, state=self.state.name)
+
+    def _split_key(self, buf, pos: int, end: int):
+        """Decodes key and namespace of a composite key; returns (key, namespace, position after them)."""
+        if self.key_raw:
+            ns_at = end - self.namespace_length
+            key = bytes(buf[pos:ns_at])
+            namespace, pos = self.namespace_decoder(buf, ns_at)
+            return key, namespace, pos
+        start = pos
+        key, pos = self.key_decoder(buf, pos)
+        if self.ambiguous:
+            pos += _varbytes_length(pos - start)
+        ns_start = pos
+        if self.namespace_raw:
+            namespace, pos = bytes(buf[pos:pos + self.namespace_length]), pos + self.namespace_length
+        else:
+            namespace, pos = self.namespace_decoder(buf, pos)
+        if self.ambiguous:
+            pos += _varbytes_length(pos - ns_start)
+        return key, namespace, pos
+
+    @staticmethod
+    def _decode_exact(decoder, buf, pos: int, end: int, what: str):
+        value, stop = decoder(buf, pos)
+        if stop != end:
+            raise DecodeError(f"{what} decoded to {stop - pos} bytes but is stored in {end - pos}")
+        return value
+
+    def _value(self, buf, at: int, length: int):
+        if self.value_kind == "list":
+            return self._list(buf, at, at + length)
+        if self.value_decoder is None:
+            return bytes(buf[at:at + length])
+        return self._decode_exact(self.value_decoder, buf, at, at + length, "value")
+
+    def _list(self, buf, pos: int, end: int) -> list:
+        decode = self.element_decoder
+        out = []
+        while pos < end:
+            value, pos = decode(buf, pos)
+            out.append(value)
+            if pos < end:
+                if buf[pos] != LIST_ELEMENT_DELIMITER:
+                    raise DecodeError(f"expected the list delimiter 0x2C between elements, got 0x{buf[pos]:02x}")
+                pos += 1
+        if pos != end:
+            raise DecodeError("list elements overrun the stored value")
+        return out
+
+    def _map_value(self, buf, at: int, length: int):
+        if length < 1:
+            raise DecodeError("map entry value is empty")
+        if buf[at]:  # null flag; heap writes the serializer's null form after it, RocksDB nothing
+            return None
+        if self.map_value_decoder is None:
+            return bytes(buf[at + 1:at + length])
+        return self._decode_exact(self.map_value_decoder, buf, at + 1, at + length, "map value")
+
+
+class OperatorStateScanner:
+    """Decodes one operator list, union or broadcast state."""
+
+    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False):
+        self.meta = meta
+        self.operator = operator
+        self.state = state
+        self.schema = state_schema(state)
+        self.stats = ReadStats()
+        value = state.value
+        self.broadcast = state.kind == "broadcast"
+        if self.broadcast:
+            self.entry_key = self._decoder_or_none(value.child("key"), unpickle)
+            self.entry_value = self._decoder_or_none(value.child("value"), unpickle)
+            if self.entry_key is None or (self.entry_value is None):
+                raise UnsupportedError("broadcast state entries with a serializer statecat cannot decode are not "
+                                       "framed: " + "; ".join(state.raw_reasons), operator=operator.label, state=state.name)
+        else:
+            self.element = self._decoder_or_none(value, unpickle)
+
+    @staticmethod
+    def _decoder_or_none(desc: TypeDescriptor, unpickle: bool):
+        return None if desc.kind == "raw" else build_decoder(desc, unpickle=unpickle)
+
+    def batches(self, locations: Iterable[OperatorLocation] | None = None, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+        values: list = []
+        subtasks: list = []
+        for location in (self.state.locations if locations is None else locations):
+            for value in self._elements(location):
+                values.append(value)
+                subtasks.append(location.subtask)
+                if len(values) >= batch_rows:
+                    yield self._batch(values, subtasks)
+                    values, subtasks = [], []
+        if values or not self.stats.rows:
+            yield self._batch(values, subtasks)
+
+    def _batch(self, values, subtasks) -> pa.RecordBatch:
+        self.stats.rows += len(values)
+        try:
+            return pa.RecordBatch.from_arrays([pa.array(values, type=self.schema.field("value").type),
+                                               pa.array(subtasks, type=pa.int32())], schema=self.schema)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+            raise FormatError(f"decoded values do not fit the state's type: {exc}", operator=self.operator.label,
+                              state=self.state.name) from exc
+
+    def _elements(self, location: OperatorLocation):
+        if not location.offsets:
+            return
+        offsets = sorted(location.offsets)
+        ends = offsets[1:] + [location.end]
+        stream, file, base = open_stream(self.meta.storage, location.stream, 0)
+        with stream:
+            for start, end in zip(offsets, ends):
+                stream.seek(base + start)
+                data = stream.read(end - start)
+                if len(data) != end - start:
+                    raise FormatError(f"expected {end - start} bytes of operator state, the file ends after {len(data)}",
+                                      file=file, offset=base + start + len(data), operator=self.operator.label,
+                                      state=self.state.name, hint="The state file is truncated")
+                self.stats.bytes_read += len(data)
+                self.stats.subtasks.add(location.subtask)
+                if location.compressed:
+                    data = decompress_snappy_framed(data)
+                try:
+                    if self.broadcast:
+                        yield from self._broadcast_entries(data)
+                    elif self.element is None:
+                        yield bytes(data)
+                    else:
+                        yield self.element(data, 0)[0]
+                except (DecodeError, struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+                    raise FormatError(f"could not decode an operator state element: {exc}", file=file,
+                                      offset=base + start, operator=self.operator.label, state=self.state.name) from None
+
+    def _broadcast_entries(self, data: bytes):
+        count = _I32(data, 0)[0]
+        if count < 0:
+            raise DecodeError(f"negative broadcast entry count {count}")
+        pos = 4
+        for _ in range(count):
+            key, pos = self.entry_key(data, pos)
+            value, pos = self.entry_value(data, pos)
+            yield {"key": key, "value": value}
+
+
+def scanner_for(meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False):
+    if state.is_keyed:
+        return KeyedStateScanner(meta, operator, state, unpickle=unpickle)
+    return OperatorStateScanner(meta, operator, state, unpickle=unpickle)
+
+
+def _hashable(value):
+    if isinstance(value, dict):
+        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    return value
+
+
+__all__ = ["KeyedStateScanner", "OperatorStateScanner", "ReadStats", "scanner_for", "StatecatError"]

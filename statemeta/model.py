@@ -1,0 +1,289 @@
+"""StateMeta: one model of everything a savepoint holds, built from ``_metadata`` and stream headers.
+
+Operators with their ids, uids, names and parallelism; each state's name, kind, key/namespace/
+value types, decode status, and where its bytes are (per subtask: stream, key-group offsets or
+element offsets). Reading it touches ``_metadata`` and the stream headers only, never state data.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from statecat.statemeta.errors import LookupFailedError, did_you_mean
+from statecat.statemeta.headers import StateMetaInfo, StreamHeader, read_keyed_header, read_operator_header
+from statecat.statemeta.metadata import (
+    CheckpointMetadata,
+    KeyGroupsHandle,
+    OperatorState,
+    OperatorStreamHandle,
+    StreamHandle,
+    UnsupportedKeyedHandle,
+    read_metadata,
+)
+from statecat.statemeta.storage import Storage, open_storage
+from statecat.statemeta.types import TypeDescriptor, collapse_raw
+
+STATE_KINDS = ("keyed", "timer", "operator_list", "union", "broadcast")
+KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM = 128
+TIMER_STATE_PREFIX = "_timer_state/"
+PYFLINK_PROCESS_STATE_PREFIX = "python-state-"
+
+_MODE_TO_KIND = {"SPLIT_DISTRIBUTE": "operator_list", "UNION": "union", "BROADCAST": "broadcast"}
+
+
+@dataclass(frozen=True)
+class KeyedLocation:
+    """One subtask's part of a keyed state: its stream, key-groups and the state's id in that stream."""
+
+    subtask: int
+    stream: StreamHandle
+    start_key_group: int
+    offsets: tuple[int, ...]
+    state_id: int
+    compressed: bool
+    header_length: int
+
+
+@dataclass(frozen=True)
+class OperatorLocation:
+    """One subtask's part of an operator state: element offsets (list) or the map offset (broadcast)."""
+
+    subtask: int
+    stream: StreamHandle
+    offsets: tuple[int, ...]
+    compressed: bool
+    end: int  # where this state's last element ends: the next state's first offset or the stream's end
+
+
+@dataclass(frozen=True)
+class StateInfo:
+    operator_id: str
+    name: str
+    kind: str  # keyed | timer | operator_list | union | broadcast
+    state_type: str | None  # VALUE LIST MAP REDUCING AGGREGATING for keyed states
+    key: TypeDescriptor | None
+    namespace: TypeDescriptor | None
+    value: TypeDescriptor
+    user_key: TypeDescriptor | None  # MapState: the map's key type
+    locations: tuple[KeyedLocation | OperatorLocation, ...]
+    serializer_classes: dict[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def is_keyed(self) -> bool:
+        return self.kind in ("keyed", "timer")
+
+    @property
+    def raw_reasons(self) -> list[str]:
+        reasons = []
+        for part in (self.key, self.namespace, self.user_key, self.value):
+            if part is not None:
+                reasons.extend(part.raw_reasons())
+        return reasons
+
+    @property
+    def decode_status(self) -> str:
+        """``full`` when every part decodes, ``raw`` when some part comes out as bytes."""
+        return "raw" if self.raw_reasons else "full"
+
+    @property
+    def stream_bytes(self) -> int:
+        """Bytes of the streams this state's data lives in (shared with the operator's other states)."""
+        return sum(loc.stream.size for loc in self.locations)
+
+
+@dataclass(frozen=True)
+class OperatorMeta:
+    id: str
+    uid: str | None
+    name: str | None
+    parallelism: int
+    max_parallelism: int
+    states: tuple[StateInfo, ...]
+    coordinator_bytes: int = 0
+    unsupported: tuple[str, ...] = ()  # handles statecat cannot read, with reasons
+
+    @property
+    def label(self) -> str:
+        """How messages and tables name the operator: uid, else name, else id."""
+        return self.uid or self.name or self.id
+
+    @property
+    def key_group_prefix_bytes(self) -> int:
+        return 1 if self.max_parallelism <= KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM else 2
+
+    def state(self, name: str) -> StateInfo:
+        for state in self.states:
+            if state.name == name:
+                return state
+        raise LookupFailedError(f"unknown state {name!r} in operator {self.label}",
+                                hint=did_you_mean(name, [s.name for s in self.states]))
+
+
+@dataclass(frozen=True)
+class StateMeta:
+    storage: Storage
+    metadata: CheckpointMetadata
+    operators: tuple[OperatorMeta, ...]
+
+    @property
+    def path(self) -> str:
+        return self.storage.uri
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.metadata.checkpoint_id
+
+    def operator(self, ref: str) -> OperatorMeta:
+        """An operator by id (hex), uid or name."""
+        matches = [op for op in self.operators if ref in (op.id, op.uid, op.name)]
+        if len(matches) == 1:
+            return matches[0]
+        labels = [op.label for op in self.operators]
+        if not matches:
+            raise LookupFailedError(f"unknown operator {ref!r} in savepoint {self.path}",
+                                    hint=did_you_mean(ref, labels + [op.id for op in self.operators]))
+        raise LookupFailedError(f"operator {ref!r} is ambiguous in savepoint {self.path}",
+                                hint="Use the operator id: " + ", ".join(op.id for op in matches))
+
+    def find_state(self, state: str, operator: str | None = None) -> tuple[OperatorMeta, StateInfo]:
+        if operator is not None:
+            op = self.operator(operator)
+            return op, op.state(state)
+        found = [(op, s) for op in self.operators for s in op.states if s.name == state]
+        if len(found) == 1:
+            return found[0]
+        if not found:
+            names = [s.name for op in self.operators for s in op.states]
+            raise LookupFailedError(f"unknown state {state!r} in savepoint {self.path}", hint=did_you_mean(state, names))
+        candidates = ", ".join(f"{op.label} (id {op.id})" for op, _ in found)
+        raise LookupFailedError(f"state {state!r} exists in several operators: {candidates}",
+                                hint="Name the operator with --operator ID|UID|NAME")
+
+    def states(self):
+        for op in self.operators:
+            for state in op.states:
+                yield op, state
+
+
+def load_state_meta(path: str | Storage) -> StateMeta:
+    storage = path if isinstance(path, Storage) else open_storage(path)
+    metadata = read_metadata(storage)
+    return StateMeta(storage, metadata, tuple(_operator_meta(storage, op) for op in metadata.operators))
+
+
+def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
+    keyed: dict[str, tuple[StateMetaInfo, TypeDescriptor, list[KeyedLocation]]] = {}
+    operator: dict[str, tuple[StateMetaInfo, list[OperatorLocation]]] = {}
+    unsupported: list[str] = []
+    for subtask in op.subtasks:
+        for handle in (subtask.managed_keyed, subtask.raw_keyed):
+            if isinstance(handle, UnsupportedKeyedHandle):
+                unsupported.append(f"subtask {subtask.index}, key-groups {handle.start_key_group}.."
+                                   f"{handle.start_key_group + handle.num_key_groups - 1}: {handle.reason}")
+        if subtask.raw_keyed is not None and not isinstance(subtask.raw_keyed, UnsupportedKeyedHandle):
+            unsupported.append(f"subtask {subtask.index}: raw keyed state is user-defined bytes without a schema")
+        if isinstance(subtask.managed_keyed, KeyGroupsHandle):
+            _collect_keyed(storage, subtask.index, subtask.managed_keyed, keyed)
+        if subtask.managed_operator is not None:
+            _collect_operator(storage, subtask.index, subtask.managed_operator, operator)
+        if subtask.raw_operator is not None:
+            unsupported.append(f"subtask {subtask.index}: raw operator state is user-defined bytes without a schema")
+    states = [_keyed_state(op.id, info, key, locs) for info, key, locs in keyed.values()]
+    states += [_operator_state(op.id, info, locs) for info, locs in operator.values()]
+    states.sort(key=lambda s: (STATE_KINDS.index(s.kind), s.name))
+    return OperatorMeta(op.id, op.uid, op.name, op.parallelism, op.max_parallelism, tuple(states),
+                        op.coordinator.size if op.coordinator else 0, tuple(unsupported))
+
+
+def _collect_keyed(storage: Storage, subtask: int, handle: KeyGroupsHandle, into: dict) -> None:
+    if handle.kind == "checkpoint":
+        # Heap checkpoints use their own layout (see the format doc, 3.8); RocksDB 1.15 checkpoints
+        # used the savepoint layout. Both are read only from savepoints for now.
+        pass
+    header: StreamHeader = read_keyed_header(storage, handle.stream, list(handle.offsets))
+    for state_id, info in enumerate(header.states):
+        location = KeyedLocation(subtask, handle.stream, handle.start_key_group, handle.offsets, state_id,
+                                 header.compressed, header.length)
+        if info.name in into:
+            into[info.name][2].append(location)
+        else:
+            into[info.name] = (info, header.key, [location])
+
+
+def _collect_operator(storage: Storage, subtask: int, handle: OperatorStreamHandle, into: dict) -> None:
+    all_offsets = [o for entry in handle.entries for o in entry.offsets]
+    header = read_operator_header(storage, handle.stream, all_offsets)
+    infos = {info.name: info for info in header.states + header.broadcast_states}
+    for entry in handle.entries:
+        info = infos.get(entry.name)
+        if info is None:
+            continue
+        last = max(entry.offsets, default=0)
+        end = min((o for o in all_offsets if o > last), default=handle.stream.size)
+        location = OperatorLocation(subtask, handle.stream, entry.offsets, header.compressed, end)
+        if entry.name in into:
+            into[entry.name][1].append(location)
+        else:
+            into[entry.name] = (info, [location])
+
+
+def _classes(info: StateMetaInfo) -> dict[str, str]:
+    return {k: v.describe() for k, v in info.serializers.items()}
+
+
+def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, locations: list) -> StateInfo:
+    serializers = info.serializers
+    value = serializers.get("VALUE_SERIALIZER") or TypeDescriptor.raw("<none>", "the state has no value serializer")
+    notes = []
+    if info.backend_type == "PRIORITY_QUEUE":
+        if value.kind == "timer":
+            return StateInfo(operator_id, info.name, "timer", None, collapse_raw(value.child("key")),
+                             collapse_raw(value.child("namespace")),
+                             TypeDescriptor.of("long"), None, tuple(locations), _classes(info))
+        return StateInfo(operator_id, info.name, "timer", None, collapse_raw(key), None,
+                         TypeDescriptor.raw(value.describe(), "priority queue elements other than timers are not decoded"),
+                         None, tuple(locations), _classes(info))
+    state_type = info.options.get("KEYED_STATE_TYPE")
+    namespace = serializers.get("NAMESPACE_SERIALIZER") or TypeDescriptor.of("void_namespace")
+    user_key = None
+    key, namespace = collapse_raw(key), collapse_raw(namespace)
+    if state_type == "MAP":
+        if value.kind == "map":
+            user_key = collapse_raw(value.child("key"))
+            value = TypeDescriptor.of("map", [("key", user_key), ("value", collapse_raw(value.child("value")))])
+        else:
+            notes.append(f"MapState with a {value.kind} serializer")
+            value = TypeDescriptor.raw(value.describe(), "MapState whose serializer is not a MapSerializer")
+    elif state_type == "LIST" and value.kind != "list":
+        value = TypeDescriptor.raw(value.describe(), "ListState whose serializer is not a ListSerializer")
+    else:
+        value = collapse_raw(value)
+    if info.backend_type == "KEY_VALUE_V2":
+        notes.append("state of the async (v2) state API")
+    return StateInfo(operator_id, info.name, "keyed", state_type, key, namespace, value, user_key, tuple(locations),
+                     _classes(info), tuple(notes))
+
+
+def _operator_state(operator_id: str, info: StateMetaInfo, locations: list) -> StateInfo:
+    mode = info.options.get("OPERATOR_STATE_DISTRIBUTION_MODE", "BROADCAST" if info.backend_type == "BROADCAST" else "SPLIT_DISTRIBUTE")
+    kind = _MODE_TO_KIND.get(mode, "operator_list")
+    serializers = info.serializers
+    value = serializers.get("VALUE_SERIALIZER") or TypeDescriptor.raw("<none>", "the state has no value serializer")
+    if kind == "broadcast":
+        key = serializers.get("KEY_SERIALIZER") or TypeDescriptor.raw("<none>", "the state has no key serializer")
+        value = TypeDescriptor.of("broadcast_entry", [("key", collapse_raw(key)), ("value", collapse_raw(value))])
+    else:
+        value = collapse_raw(value)
+    return StateInfo(operator_id, info.name, kind, None, None, None, value, None, tuple(locations), _classes(info))
+
+
+def table_name(operator: OperatorMeta, state: StateInfo) -> str:
+    """A SQL-safe table name for a state: ``<operator>__<state>``, lower case."""
+    return f"{sql_name(operator.label)}__{sql_name(state.name)}"
+
+
+def sql_name(text: str) -> str:
+    name = re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
+    return name or "unnamed"

@@ -1,0 +1,369 @@
+"""Serializer snapshots (the type information Flink writes in state stream headers) → descriptors.
+
+A snapshot is ``utf className | i32 version | payload`` where the payload layout belongs to the
+class and has no length prefix: statecat must know each class it reads past. Classes it does not
+know raise ``UnknownSnapshotError``; the header parser then recovers the payload's extent from
+the rest of the header (see ``headers.py``) and the state's values become raw bytes with the
+class name as the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from statecat.statemeta.binary import DataInput
+from statecat.statemeta.errors import FormatError, StatecatError
+from statecat.statemeta.javaser import java_list, parse_java_object
+from statecat.statemeta.types import TypeDescriptor, struct_field_names
+
+SNAPSHOT_PROXY_VERSION = 2
+COMPOSITE_MAGIC = 0x000DE704
+NESTED_DELEGATE_MAGIC = 0x001457FD
+NESTED_DELEGATE_VERSION = 1
+LINKED_OPTIONAL_MAP_MAGIC = 0x000004F2C69A3D70
+# Composite snapshots read with a version at or below this use the pre-1.8 layout.
+HIGHEST_LEGACY_COMPOSITE_VERSION = 2
+# Simple (singleton) snapshots before version 3 carried the serializer class name as payload.
+FIRST_SIMPLE_SNAPSHOT_VERSION_WITHOUT_NAME = 3
+# RowSerializer snapshots from outer version 3 on record whether rows carry a RowKind.
+FIRST_ROW_SNAPSHOT_WITH_ROW_KIND = 3
+MAX_FIELDS = 1 << 16
+
+
+class UnknownSnapshotError(StatecatError):
+    """A snapshot class whose payload layout statecat does not know."""
+
+    def __init__(self, class_name: str, *, file: str, offset: int):
+        self.class_name = class_name
+        super().__init__(f"unknown serializer snapshot class {class_name}", file=file, offset=offset)
+
+
+BASE = "org.apache.flink.api.common.typeutils.base."
+ARRAY = BASE + "array."
+RUNTIME = "org.apache.flink.api.java.typeutils.runtime."
+TABLE = "org.apache.flink.table.runtime.typeutils."
+
+
+def _simple(prefix: str, name: str) -> str:
+    return f"{prefix}{name}Serializer${name}SerializerSnapshot"
+
+
+# Snapshots with an empty payload, by class name → descriptor kind.
+SIMPLE_SNAPSHOTS: dict[str, str] = {
+    **{_simple(BASE, java): kind for java, kind in {
+        "Boolean": "boolean", "Byte": "byte", "Short": "short", "Int": "int", "Long": "long",
+        "Float": "float", "Double": "double", "Char": "char", "String": "string", "Void": "void",
+        "BigInt": "bigint", "BigDec": "bigdec", "Date": "date", "SqlDate": "sql_date", "SqlTime": "sql_time",
+        "SqlTimestamp": "sql_timestamp", "LocalDate": "local_date", "LocalTime": "local_time",
+        "LocalDateTime": "local_datetime", "Instant": "instant",
+    }.items()},
+    "org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot": "void_namespace",
+    "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot": "time_window",
+    "org.apache.flink.table.runtime.operators.window.TimeWindow$Serializer$TimeWindowSerializerSnapshot": "time_window",
+    "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer$GlobalWindowSerializerSnapshot": "global_window",
+    TABLE + "StringDataSerializer$StringDataSerializerSnapshot": "string_data",
+    "org.apache.flink.table.dataview.NullSerializer$NullSerializerSnapshot": "void",
+}
+
+PRIMITIVE_ARRAY_SNAPSHOTS: dict[str, str] = {
+    f"{ARRAY}{java}PrimitiveArraySerializer${java}PrimitiveArraySerializerSnapshot": kind
+    for java, kind in {"Boolean": "boolean", "Byte": "byte", "Char": "char", "Double": "double", "Float": "float",
+                       "Int": "int", "Long": "long", "Short": "short"}.items()
+}
+
+# Logical type class roots that come straight from the enum, for LogicalType objects.
+_LOGICAL_ROOTS_WITH_LENGTH = ("CHAR", "VARCHAR", "BINARY", "VARBINARY")
+_LOGICAL_ROOTS_WITH_PRECISION = ("TIME_WITHOUT_TIME_ZONE", "TIMESTAMP_WITHOUT_TIME_ZONE",
+                                 "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "TIMESTAMP_WITH_TIME_ZONE")
+
+
+class SnapshotReader:
+    """Reads serializer snapshots from an in-memory header (``DataInput.of_bytes``)."""
+
+    def __init__(self, data: DataInput, header: bytes, base: int):
+        self.data = data
+        self._header = header
+        self._base = base
+
+    # -- envelopes
+
+    def top_level(self) -> TypeDescriptor:
+        """``TypeSerializerSnapshotSerializationUtil``: i32 proxy version, then a versioned snapshot."""
+        at = self.data.offset
+        version = self.data.read_i32()
+        if version != SNAPSHOT_PROXY_VERSION:
+            raise self.data.error(f"serializer snapshot proxy version {SNAPSHOT_PROXY_VERSION}", version, offset=at,
+                                  hint="Savepoints written by Flink before 1.7 are not supported")
+        return self.versioned()
+
+    def versioned(self) -> TypeDescriptor:
+        at = self.data.offset
+        class_name = self.data.read_utf()
+        version = self.data.read_i32()
+        if class_name in SIMPLE_SNAPSHOTS:
+            if version < FIRST_SIMPLE_SNAPSHOT_VERSION_WITHOUT_NAME:
+                self.data.read_utf()
+            return TypeDescriptor.of(SIMPLE_SNAPSHOTS[class_name])
+        if class_name == ARRAY + "BytePrimitiveArraySerializer$BytePrimitiveArraySerializerSnapshot":
+            return TypeDescriptor.of("bytes")
+        if class_name in PRIMITIVE_ARRAY_SNAPSHOTS:
+            return TypeDescriptor.of("primitive_array", [("element", TypeDescriptor.of(PRIMITIVE_ARRAY_SNAPSHOTS[class_name]))])
+        if class_name == ARRAY + "StringArraySerializer$StringArraySerializerSnapshot":
+            return TypeDescriptor.of("string_array", [("element", TypeDescriptor.of("string"))])
+        parse = COMPLEX_SNAPSHOTS.get(class_name)
+        if parse is None:
+            raise UnknownSnapshotError(class_name, file=self.data.name, offset=at)
+        return parse(self, version, class_name)
+
+    def composite(self, version: int, class_name: str,
+                  outer: Callable[["SnapshotReader", int], dict] | None = None) -> tuple[dict, list[TypeDescriptor]]:
+        """``CompositeTypeSerializerSnapshot``: magic, outer version, outer payload, nested snapshots."""
+        data = self.data
+        if version <= HIGHEST_LEGACY_COMPOSITE_VERSION:
+            raise UnknownSnapshotError(f"{class_name} (pre-1.8 layout, version {version})", file=data.name, offset=data.offset)
+        at = data.offset
+        magic = data.read_i32()
+        if magic != COMPOSITE_MAGIC:
+            raise data.error(f"composite snapshot magic 0x{COMPOSITE_MAGIC:08X}", f"0x{magic & 0xFFFFFFFF:08X}", offset=at)
+        outer_version = data.read_i32()
+        attrs = outer(self, outer_version) if outer is not None else {}
+        return attrs, self.nested()
+
+    def nested(self) -> list[TypeDescriptor]:
+        data = self.data
+        at = data.offset
+        magic = data.read_i32()
+        if magic != NESTED_DELEGATE_MAGIC:
+            raise data.error(f"nested serializers magic 0x{NESTED_DELEGATE_MAGIC:08X}", f"0x{magic & 0xFFFFFFFF:08X}", offset=at)
+        at = data.offset
+        version = data.read_i32()
+        if version != NESTED_DELEGATE_VERSION:
+            raise data.error(f"nested serializers version {NESTED_DELEGATE_VERSION}", version, offset=at)
+        count = data.read_length("number of nested serializers", limit=MAX_FIELDS)
+        return [self.versioned() for _ in range(count)]
+
+    def java_object(self) -> object:
+        at = self.data.offset
+        start = at - self._base
+        obj, consumed = parse_java_object(self._header[start:], self.data.name)
+        self.data.skip(consumed)
+        return obj
+
+    def optional_map(self, read_value: Callable[[DataInput], object] | None) -> list[tuple[str, object]]:
+        """Flink's LinkedOptionalMap block: named entries with framed key and value bytes."""
+        data = self.data
+        at = data.offset
+        magic = data.read_i64()
+        if magic != LINKED_OPTIONAL_MAP_MAGIC:
+            raise data.error(f"optional map magic 0x{LINKED_OPTIONAL_MAP_MAGIC:016X}", f"0x{magic & (2**64 - 1):016X}", offset=at)
+        entries = []
+        for _ in range(data.read_length("number of optional map entries", limit=MAX_FIELDS)):
+            name = data.read_utf()
+            if data.read_bool():
+                data.skip(data.read_length("optional map key length in bytes"))
+            value = None
+            if data.read_bool():
+                length = data.read_length("optional map value length in bytes")
+                end = data.offset + length
+                if read_value is None:
+                    data.skip(length)
+                else:
+                    value = read_value(data)
+                    if data.offset != end:
+                        raise data.error(f"the framed value of {name!r} to end at offset {end}", f"offset {data.offset}")
+            entries.append((name, value))
+        return entries
+
+
+# ----------------------------------------------------------------------------- complex snapshots
+
+def _list(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    _, nested = reader.composite(version, name)
+    return TypeDescriptor.of("list", [("element", nested[0])])
+
+
+def _map(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    _, nested = reader.composite(version, name)
+    return TypeDescriptor.of("map", [("key", nested[0]), ("value", nested[1])])
+
+
+def _generic_array(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    attrs, nested = reader.composite(version, name, lambda r, v: {"class": r.data.read_utf()})
+    return TypeDescriptor.of("generic_array", [("element", nested[0])], **attrs)
+
+
+def _timer(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    _, nested = reader.composite(version, name)
+    return TypeDescriptor.of("timer", [("key", nested[0]), ("namespace", nested[1])])
+
+
+def _ttl(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    _, nested = reader.composite(version, name)
+    return TypeDescriptor.of("ttl", [("value", nested[1])])
+
+
+def _tuple(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    attrs, nested = reader.composite(version, name, lambda r, v: {"class": r.data.read_utf()})
+    return TypeDescriptor.of("tuple", list(zip(struct_field_names(len(nested)), nested)), **attrs)
+
+
+def _row(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    def outer(r: SnapshotReader, outer_version: int) -> dict:
+        kind = r.data.read_bool() if outer_version >= FIRST_ROW_SNAPSHOT_WITH_ROW_KIND else False
+        return {"row_kind": kind}
+
+    attrs, nested = reader.composite(version, name, outer)
+    return TypeDescriptor.of("row", list(zip(struct_field_names(len(nested)), nested)), **attrs)
+
+
+def _nullable(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    attrs, nested = reader.composite(version, name, lambda r, v: {"padding": r.data.read_i32()})
+    return TypeDescriptor.of("nullable", [("value", nested[0])], **attrs)
+
+
+def _either(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    _, nested = reader.composite(version, name)
+    return TypeDescriptor.of("either", [("left", nested[0]), ("right", nested[1])])
+
+
+def _pass_through(kind: str):
+    def parse(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+        _, nested = reader.composite(version, name)
+        return TypeDescriptor.of(kind, [("value", nested[0])])
+    return parse
+
+
+def _external(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    def outer(r: SnapshotReader, outer_version: int) -> dict:
+        r.java_object()  # the DataType; the internal serializer below says how bytes look
+        r.data.read_bool()  # isInternalInput
+        return {}
+
+    _, nested = reader.composite(version, name, outer)
+    return TypeDescriptor.of("external", [("value", nested[0])])
+
+
+def _enum(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    data = reader.data
+    enum_class = data.read_utf()
+    constants = [data.read_utf() for _ in range(data.read_length("number of enum constants", limit=MAX_FIELDS))]
+    return TypeDescriptor.of("enum", **{"class": enum_class, "constants": constants})
+
+
+def _decimal_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    return TypeDescriptor.of("decimal_data", precision=reader.data.read_i32(), scale=reader.data.read_i32())
+
+
+def _timestamp_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    return TypeDescriptor.of("timestamp_data", precision=reader.data.read_i32())
+
+
+def _binary_rowdata(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    arity = reader.data.read_i32()
+    return TypeDescriptor.raw(name, f"a BinaryRowData of {arity} fields whose field types Flink does not record")
+
+
+def _rowdata(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    data = reader.data
+    count = data.read_length("number of RowData fields", limit=MAX_FIELDS)
+    types = [logical_type(reader.java_object(), data) for _ in range(count)]
+    reader.nested()  # the field serializers repeat what the logical types say
+    return TypeDescriptor.of("rowdata", list(zip(struct_field_names(count), types)))
+
+
+def _array_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    element = logical_type(reader.java_object(), reader.data)
+    reader.versioned()
+    return TypeDescriptor.of("array_data", [("element", element)])
+
+
+def _map_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    key = logical_type(reader.java_object(), reader.data)
+    value = logical_type(reader.java_object(), reader.data)
+    reader.versioned()
+    reader.versioned()
+    return TypeDescriptor.of("map_data", [("key", key), ("value", value)])
+
+
+def _pojo(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    data = reader.data
+    pojo_class = data.read_utf()
+    fields = reader.optional_map(lambda d: reader.versioned())
+    registered = reader.optional_map(lambda d: reader.versioned())
+    reader.optional_map(lambda d: reader.versioned())  # non-registered subclasses
+    attrs = {"class": pojo_class}
+    if registered:
+        attrs["registered_subclasses"] = [n for n, _ in registered]
+    missing = [n for n, t in fields if t is None]
+    if missing:
+        return TypeDescriptor.raw(name, f"POJO {pojo_class} has fields whose class is gone: {', '.join(missing)}")
+    return TypeDescriptor.of("pojo", [(n, t) for n, t in fields], **attrs)
+
+
+def _kryo(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    data = reader.data
+    type_class = data.read_utf()
+    for _ in range(3):  # registrations, default serializers, default serializer classes
+        reader.optional_map(None)
+    return TypeDescriptor.raw(name, f"Kryo-serialized {type_class}; Kryo bytes carry no schema")
+
+
+COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor]] = {
+    BASE + "ListSerializerSnapshot": _list,
+    "org.apache.flink.runtime.state.ArrayListSerializerSnapshot": _list,
+    BASE + "MapSerializerSnapshot": _map,
+    BASE + "GenericArraySerializerSnapshot": _generic_array,
+    BASE + "EnumSerializer$EnumSerializerSnapshot": _enum,
+    "org.apache.flink.streaming.api.operators.TimerSerializerSnapshot": _timer,
+    "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot": _ttl,
+    RUNTIME + "TupleSerializerSnapshot": _tuple,
+    RUNTIME + "RowSerializer$RowSerializerSnapshot": _row,
+    RUNTIME + "NullableSerializer$NullableSerializerSnapshot": _nullable,
+    RUNTIME + "JavaEitherSerializerSnapshot": _either,
+    RUNTIME + "PojoSerializerSnapshot": _pojo,
+    RUNTIME + "kryo.KryoSerializerSnapshot": _kryo,
+    TABLE + "ExternalSerializer$ExternalSerializerSnapshot": _external,
+    TABLE + "RawValueDataSerializer$RawValueDataSerializerSnapshot": lambda r, v, n: TypeDescriptor.of(
+        "raw_value", [("value", r.composite(v, n)[1][0])]),
+    TABLE + "DecimalDataSerializer$DecimalSerializerSnapshot": _decimal_data,
+    TABLE + "TimestampDataSerializer$TimestampDataSerializerSnapshot": _timestamp_data,
+    TABLE + "RowDataSerializer$RowDataSerializerSnapshot": _rowdata,
+    TABLE + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot": _binary_rowdata,
+    TABLE + "ArrayDataSerializer$ArrayDataSerializerSnapshot": _array_data,
+    TABLE + "MapDataSerializer$BaseMapSerializerSnapshot": _map_data,
+    TABLE + "LinkedListSerializer$LinkedListSerializerSnapshot": _list,
+}
+
+
+# ----------------------------------------------------------------------------- logical types
+
+def logical_type(obj: object, data: DataInput) -> TypeDescriptor:
+    """A Java-serialized ``org.apache.flink.table.types.logical.LogicalType`` → descriptor."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("typeRoot"), str):
+        raise FormatError(f"expected a serialized LogicalType, got {type(obj).__name__}", file=data.name, offset=data.offset)
+    root = obj["typeRoot"]
+    nullable = bool(obj.get("isNullable", True))
+    if root in _LOGICAL_ROOTS_WITH_LENGTH:
+        return TypeDescriptor.of(root, length=obj.get("length"), nullable=nullable)
+    if root in _LOGICAL_ROOTS_WITH_PRECISION:
+        return TypeDescriptor.of(root, precision=obj.get("precision"), nullable=nullable)
+    if root == "DECIMAL":
+        return TypeDescriptor.of(root, precision=obj.get("precision"), scale=obj.get("scale"), nullable=nullable)
+    if root in ("ARRAY", "MULTISET"):
+        return TypeDescriptor.of(root, [("element", logical_type(obj.get("elementType"), data))], nullable=nullable)
+    if root == "MAP":
+        return TypeDescriptor.of(root, [("key", logical_type(obj.get("keyType"), data)),
+                                        ("value", logical_type(obj.get("valueType"), data))], nullable=nullable)
+    if root == "ROW":
+        fields = [(f.get("name"), logical_type(f.get("type"), data)) for f in java_list(obj.get("fields"))]
+        return TypeDescriptor.of(root, fields, nullable=nullable)
+    if root == "DISTINCT_TYPE":
+        return logical_type(obj.get("sourceType"), data)
+    if root in ("RAW", "STRUCTURED_TYPE", "SYMBOL", "UNRESOLVED", "INTERVAL_YEAR_MONTH", "INTERVAL_DAY_TIME",
+                "TIMESTAMP_WITH_TIME_ZONE", "DESCRIPTOR", "VARIANT"):
+        if root == "INTERVAL_YEAR_MONTH":
+            return TypeDescriptor.of("INTEGER", nullable=nullable)
+        if root == "INTERVAL_DAY_TIME":
+            return TypeDescriptor.of("BIGINT", nullable=nullable)
+        return TypeDescriptor.of("RAW", nullable=nullable, logical=root)
+    return TypeDescriptor.of(root, nullable=nullable)

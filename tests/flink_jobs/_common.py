@@ -1,0 +1,177 @@
+"""Shared plumbing of the fixture jobs: configuration, waiting for the input, canonical savepoint.
+
+Runs inside the PyFlink virtualenv (imported by the job scripts next to it). Every job follows
+the same protocol: build the pipeline, submit it asynchronously, wait until the stateful operator
+has received all input (REST metrics of the local MiniCluster), stop the job with a CANONICAL
+savepoint and write {"savepoint": path, ...} as JSON to --result.
+"""
+import argparse
+import json
+import os
+import socket
+import time
+import urllib.request
+
+from pyflink.common import Configuration
+
+
+def arg_parser(description):
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--work", required=True,
+                   help="scratch dir for checkpoint/savepoint storage (the caller deletes it)")
+    p.add_argument("--result", required=True, help="JSON file receiving the savepoint path")
+    p.add_argument("--backend", choices=["hashmap", "rocksdb"], default="hashmap")
+    p.add_argument("--parallelism", type=int, default=2)
+    p.add_argument("--max-parallelism", type=int, default=128)
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds to wait for the input to be processed")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Flink configuration (repeatable)")
+    return p
+
+
+def free_port():
+    # Flink's REST port must be known to poll metrics; a just-released ephemeral port is
+    # good enough on a machine where only one job runs at a time.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def flink_version():
+    from importlib.metadata import version
+    return version("apache-flink")
+
+
+def make_config(args, rest_port):
+    """Configuration for the local MiniCluster, valid for Flink 1.20 and 2.x.
+
+    Both the old and new option keys are set: 1.20 understands both for most of them and 2.x
+    ignores the removed ones; a checkpoint directory is configured so that streams above the
+    20 KiB inline threshold are written as files (without one, everything is inlined).
+    """
+    work = os.path.abspath(args.work)
+    ckpt = "file://" + os.path.join(work, "checkpoints")
+    spt = "file://" + os.path.join(work, "savepoints")
+    conf = {
+        "state.backend.type": args.backend,
+        "execution.checkpointing.dir": ckpt,
+        "execution.checkpointing.savepoint-dir": spt,
+        "rest.bind-address": "127.0.0.1",
+        "rest.address": "127.0.0.1",
+        "rest.bind-port": str(rest_port),
+        "rest.port": str(rest_port),
+        # the REST metric fetcher caches for 10 s by default; we poll it as our sync condition
+        "metrics.fetcher.update-interval": "200",
+        "parallelism.default": str(args.parallelism),
+        "pipeline.max-parallelism": str(args.max_parallelism),
+        # RocksDB native libs extract into io.tmp.dirs: keep them in the scratch dir
+        "io.tmp.dirs": os.path.join(work, "io"),
+    }
+    if flink_version().startswith("1."):
+        conf.update({
+            "state.backend": args.backend,
+            "state.checkpoints.dir": ckpt,
+            "state.savepoints.dir": spt,
+        })
+    for kv in args.conf:
+        k, _, v = kv.partition("=")
+        conf[k] = v
+    os.makedirs(conf["io.tmp.dirs"], exist_ok=True)
+    c = Configuration()
+    for k, v in conf.items():
+        c.set_string(k, v)
+    return c
+
+
+class Rest:
+    def __init__(self, port, job_id):
+        self.base = f"http://127.0.0.1:{port}"
+        self.job_id = job_id
+
+    def get(self, path):
+        with urllib.request.urlopen(self.base + path, timeout=10) as r:
+            return json.loads(r.read())
+
+    def job(self):
+        return self.get(f"/jobs/{self.job_id}")
+
+    def vertex_id(self, name_contains):
+        names = []
+        for v in self.job()["vertices"]:
+            names.append(v["name"])
+            if name_contains in v["name"]:
+                return v["id"]
+        raise RuntimeError(f"no job vertex named like {name_contains!r}: {names}")
+
+    def vertex_metric(self, vid, metric):
+        """{"min", "max", "sum"} of a metric over the vertex's subtasks, or None if unknown."""
+        rows = self.get(f"/jobs/{self.job_id}/vertices/{vid}/subtasks/metrics"
+                        f"?get={metric}&agg=min,max,sum")
+        return {k: int(float(rows[0][k])) for k in ("min", "max", "sum")} if rows else None
+
+
+def wait_until(cond, timeout, what):
+    """Polls cond() (a real condition, not a sleep standing in for one) until truthy."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = cond()
+        except OSError as e:  # REST endpoint not up yet / transient
+            last = e
+        if last is True:
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}; last={last!r}")
+
+
+def wait_for_records(rest, targets, timeout):
+    """targets: list of (vertex name substring, metric, expected value). A counter
+    (numRecordsIn) must reach the value summed over subtasks; anything else (a watermark) must
+    equal it on every subtask. Fails fast if the job dies or a counter overshoots."""
+    def cond():
+        status = rest.job()["state"]
+        if status in ("FAILED", "CANCELED", "FINISHED"):
+            raise RuntimeError(f"job is {status} before the savepoint")
+        seen = []
+        for name, metric, want in targets:
+            m = rest.vertex_metric(rest.vertex_id(name), metric)
+            seen.append((name, metric, m, want))
+            if m is None:
+                return seen
+            if metric.startswith("numRecords"):
+                if m["sum"] > want:
+                    raise RuntimeError(f"{name}.{metric} = {m['sum']} > expected {want}")
+                if m["sum"] < want:
+                    return seen
+            elif not m["min"] == m["max"] == want:
+                return seen
+        return True
+    wait_until(cond, timeout, "all input to reach the stateful operators")
+
+
+def stop_with_canonical_savepoint(job_client, target_dir, timeout=300):
+    """PyFlink's JobClient.stop_with_savepoint has no format argument; call the Java 3-arg
+    overload to pin CANONICAL. advanceToEndOfEventTime=False: a MAX_WATERMARK would fire (and
+    clear) every window and event timer before the snapshot."""
+    from pyflink.java_gateway import get_gateway
+    jvm = get_gateway().jvm
+    fmt = jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+    fut = job_client._j_job_client.stopWithSavepoint(False, target_dir, fmt)
+    return fut.get(int(timeout), jvm.java.util.concurrent.TimeUnit.SECONDS)
+
+
+def finish(args, rest, job_client, targets, extra=None):
+    wait_for_records(rest, targets, args.timeout)
+    vertices = [{"id": v["id"], "name": v["name"], "parallelism": v["parallelism"]}
+                for v in rest.job()["vertices"]]
+    path = stop_with_canonical_savepoint(
+        job_client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"))
+    if path.startswith("file:"):
+        path = path[len("file:"):]
+    out = {"savepoint": path, "job_id": str(job_client.get_job_id()),
+           "flink_version": flink_version(), "vertices": vertices}
+    out.update(extra or {})
+    with open(args.result, "w") as f:
+        json.dump(out, f, indent=1)
