@@ -28,6 +28,8 @@ STATE_KINDS = ("keyed", "timer", "operator_list", "union", "broadcast")
 KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM = 128
 TIMER_STATE_PREFIX = "_timer_state/"
 PYFLINK_PROCESS_STATE_PREFIX = "python-state-"
+PYFLINK_UNDECLARED_REASON = ("PyFlink process-mode state: Flink stores PyFlink coder bytes without a schema; give "
+                             "the job's state descriptors with `statecat snapshot --descriptors FILE` (see STATEINFO.md)")
 
 _MODE_TO_KIND = {"SPLIT_DISTRIBUTE": "operator_list", "UNION": "union", "BROADCAST": "broadcast"}
 
@@ -167,10 +169,28 @@ class StateMeta:
                 yield op, state
 
 
-def load_state_meta(path: str | Storage) -> StateMeta:
+def load_state_meta(path: str | Storage, *, use_state_info: bool = True, state_info: str | None = None,
+                    descriptors=None) -> StateMeta:
+    """The StateMeta of a savepoint: from its stateInfo when one matches ``_metadata``, else derived.
+
+    ``state_info`` names a stateInfo written elsewhere (``statecat snapshot --output``);
+    ``descriptors`` (a descriptor file or DescriptorSet) applies declared types to a derived
+    StateMeta (a matching stateInfo already carries the ones it was written with).
+    """
     storage = path if isinstance(path, Storage) else open_storage(path)
+    if use_state_info:
+        from statecat.statemeta.stateinfo import load_fresh_state_info
+
+        meta = load_fresh_state_info(storage, state_info)
+        if meta is not None and descriptors is None:
+            return meta
     metadata = read_metadata(storage)
-    return StateMeta(storage, metadata, tuple(_operator_meta(storage, op) for op in metadata.operators))
+    meta = StateMeta(storage, metadata, tuple(_operator_meta(storage, op) for op in metadata.operators))
+    if descriptors is not None:
+        from statecat.statemeta.descriptors import apply_descriptors
+
+        meta = apply_descriptors(meta, descriptors)
+    return meta
 
 
 def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
@@ -262,6 +282,12 @@ def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, loc
         value = collapse_raw(value)
     if info.backend_type == "KEY_VALUE_V2":
         notes.append("state of the async (v2) state API")
+    if info.name.startswith(PYFLINK_PROCESS_STATE_PREFIX):
+        # Java holds PyFlink coder bytes here; only the job's descriptors say what they encode.
+        value = TypeDescriptor.raw(value.describe(), PYFLINK_UNDECLARED_REASON)
+        if user_key is not None:
+            user_key = TypeDescriptor.raw(user_key.describe(), PYFLINK_UNDECLARED_REASON)
+            value = TypeDescriptor.of("map", [("key", user_key), ("value", value)])
     return StateInfo(operator_id, info.name, "keyed", state_type, key, namespace, value, user_key, tuple(locations),
                      _classes(info), tuple(notes))
 
