@@ -33,7 +33,7 @@ def arrow_type(desc: TypeDescriptor) -> pa.DataType:
         return _SCALARS[kind]
     if kind in ("decimal_data", "DECIMAL"):
         return pa.decimal128(desc.attr("precision"), desc.attr("scale"))
-    if kind in ("nullable", "ttl", "external", "raw_value"):
+    if kind in ("nullable", "ttl", "external", "raw_value", "pyflink"):
         return arrow_type(desc.fields[0][1])
     if kind in ("list", "primitive_array", "string_array", "generic_array", "ARRAY", "array_data"):
         return pa.list_(arrow_type(desc.fields[0][1]))

@@ -389,6 +389,10 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         return _framed_binary(binary_map_decoder(desc.child("key"), desc.child("value")))
     if kind == "pickled":
         return _pickled(unpickle)
+    if kind == "pyflink":  # PyFlink process-mode state with a declared type
+        from statecat.readers.pyflink_coders import build_pyflink_decoder
+
+        return build_pyflink_decoder(desc, unpickle=unpickle)
     if kind == "broadcast_entry":
         key = build_decoder(desc.child("key"), unpickle=unpickle)
         value = build_decoder(desc.child("value"), unpickle=unpickle)

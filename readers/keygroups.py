@@ -16,6 +16,7 @@ from statecat.statemeta.errors import UnsupportedError
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
 BINARY_ROW_HASH_SEED = 42
+ROW_KIND_INSERT = 0
 INT32_MIN = -(1 << 31)
 
 
@@ -65,6 +66,14 @@ def java_hash(value, desc: TypeDescriptor) -> int:
         return h
     if kind == "rowdata":
         return mmh3.hash(encode_binary_row(value, desc), BINARY_ROW_HASH_SEED, signed=True)
+    if kind == "row":
+        # Row.hashCode (RowUtils.deepHashCodeRow): 31 * RowKind byte + the fields' deep hash, where
+        # each non-array field contributes Arrays.deepHashCode([field]) = 31 + field.hashCode().
+        h = 1
+        for i, (name, field) in enumerate(desc.fields):
+            part = value[name] if isinstance(value, dict) else value[i]
+            h = _int32(31 * h + (0 if part is None else 31 + java_hash(part, field)))
+        return _int32(31 * ROW_KIND_INSERT + h)
     if kind in ("nullable", "external"):
         return java_hash(value, desc.fields[0][1])
     raise UnsupportedError(f"statecat cannot compute the key-group of keys of type {desc.describe()}",
@@ -73,7 +82,7 @@ def java_hash(value, desc: TypeDescriptor) -> int:
 
 def key_group_for(value, key_type: TypeDescriptor, max_parallelism: int) -> int:
     """The key-group Flink assigns ``value`` (as it appears in the ``key`` column) to."""
-    if key_type.kind == "rowdata" and key_column_type(key_type) is not key_type:
+    if key_column_type(key_type) is not key_type:
         value = {key_type.fields[0][0]: value}
     return murmur_hash(java_hash(value, key_type)) % max_parallelism
 

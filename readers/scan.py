@@ -24,7 +24,7 @@ from statecat.readers.decoders import (
     build_key_decoder,
 )
 from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
-from statecat.statemeta.headers import open_stream
+from statecat.statemeta.headers import SNAPPY_STREAM_IDENTIFIER, open_stream
 from statecat.statemeta.model import KeyedLocation, OperatorLocation, OperatorMeta, StateInfo, StateMeta
 from statecat.statemeta.types import TypeDescriptor
 
@@ -33,7 +33,6 @@ DEFAULT_BATCH_ROWS = 65_536
 FAST_GROUP_BYTES = 8 << 20
 END_OF_KEY_GROUP = 0xFFFF
 META_DATA_FOLLOWS_FLAG = 0x80
-SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
 
 _U16 = struct.Struct(">H").unpack_from
 _I32 = struct.Struct(">i").unpack_from
@@ -92,7 +91,9 @@ class KeyedStateScanner:
         self.ambiguous = state.kind == "keyed" and state.key.fixed_length is None and namespace.fixed_length is None
         self.stats = ReadStats()
         value = state.value
-        if state.kind == "timer":
+        if state.kind == "timer" and value.kind == "raw":
+            self.value_kind = "element"
+        elif state.kind == "timer":
             self.value_kind = "timer"
         elif state.state_type == "MAP" and value.kind == "map":
             self.value_kind = "map"
@@ -105,7 +106,8 @@ class KeyedStateScanner:
             self.value_kind = "value"
             self.value_decoder = self._decoder_or_none(value, unpickle)
         self.fast = self._fast_extractor(namespace)
-        if (self.key_raw or self.namespace_raw) and (self.value_kind in ("map", "timer") or self.namespace_length is None):
+        if self.value_kind != "element" and (self.key_raw or self.namespace_raw) and (
+                self.value_kind in ("map", "timer") or self.namespace_length is None):
             raise UnsupportedError(
                 "the key and namespace of this state cannot be told apart: "
                 + "; ".join(state.raw_reasons), operator=operator.label, state=state.name)
@@ -238,7 +240,9 @@ class KeyedStateScanner:
         pos = 2
         size = len(buf)
         current = _U16(buf, 0)[0]
-        map_key = None  # (key bytes, namespace bytes) of the map row being filled
+        # A MapState row gathers the consecutive entries that share key and namespace bytes.
+        map_identity = None
+        map_keep = False
         map_entries: list = []
         try:
             while True:
@@ -267,18 +271,20 @@ class KeyedStateScanner:
                         identity = bytes(kbuf[kpos + prefix:user_at])
                         user_key = (bytes(kbuf[user_at:kend]) if self.user_key_decoder is None
                                     else self._decode_exact(self.user_key_decoder, kbuf, user_at, kend, "map key"))
-                        if identity != map_key:
-                            if map_key is not None and map_entries:
+                        if identity != map_identity:
+                            if map_keep:
                                 values.append(map_entries)
-                            map_key = identity
-                            map_entries = []
-                            if wanted is not None and _hashable(key) not in wanted:
-                                map_key = b"\x00skip" + identity
-                            else:
+                            map_identity, map_entries = identity, []
+                            map_keep = wanted is None or _hashable(key) in wanted
+                            if map_keep:
                                 keys.append(key)
                                 namespaces.append(namespace)
-                        if not map_key.startswith(b"\x00skip"):
+                        if map_keep:
                             map_entries.append((user_key, self._map_value(buf, value_at, value_len)))
+                    elif value_kind == "element":
+                        keys.append(None)
+                        namespaces.append(None)
+                        values.append(bytes(kbuf[kpos + prefix:kend]))
                     elif value_kind == "timer":
                         # Flink flips the sign bit so timers sort by time as unsigned bytes.
                         timestamp = _U64(kbuf, kpos + prefix)[0] - TIMER_TIMESTAMP_FLIP
@@ -298,10 +304,10 @@ class KeyedStateScanner:
                             namespaces.append(namespace)
                             values.append(self._value(buf, value_at, value_len))
                 if first & META_DATA_FOLLOWS_FLAG:
-                    if value_kind == "map" and current == state_id and map_key is not None:
-                        if map_entries and not map_key.startswith(b"\x00skip"):
+                    if value_kind == "map" and current == state_id and map_identity is not None:
+                        if map_keep:
                             values.append(map_entries)
-                        map_key, map_entries = None, []
+                        map_identity, map_keep, map_entries = None, False, []
                     current = _U16(buf, pos)[0]
                     pos += 2
                     if current == END_OF_KEY_GROUP:

@@ -32,6 +32,7 @@ MAX_RECOVERY_ATTEMPTS = 20_000
 # Longest state name / serializer key we expect when looking for where a header continues.
 MAX_PLAUSIBLE_NAME = 1024
 
+SNAPPY_STREAM_IDENTIFIER = b"\xff\x06\x00\x00sNaPpY"
 KEYED_STATE_TYPE_OPTION = "KEYED_STATE_TYPE"
 DISTRIBUTION_MODE_OPTION = "OPERATOR_STATE_DISTRIBUTION_MODE"
 
@@ -194,7 +195,11 @@ class _HeaderParser:
             raise self.data.error(f"a state count between 0 and {MAX_STATES}", count, offset=at)
         return tuple(self.meta_info(allowed_types) for _ in range(count))
 
-    def finish(self) -> None:
+    def finish(self, allowed_trailer: bytes = b"") -> None:
+        if allowed_trailer and self.data.remaining == len(allowed_trailer):
+            at = self.data.offset - self.base
+            if self.bytes[at:] == allowed_trailer:
+                self.data.skip(len(allowed_trailer))
         if not self.data.at_end():
             raise self.data.error(f"the header to end at offset {self.base + len(self.bytes)} where the data begins",
                                   f"{self.data.remaining} unread bytes")
@@ -229,7 +234,8 @@ class _OperatorHeaderParser(_HeaderParser):
         compressed = data.read_bool() if version >= FIRST_OPERATOR_PROXY_WITH_COMPRESSION else False
         states = self.states(("OPERATOR",))
         broadcast = self.states(("BROADCAST",))
-        self.finish()
+        # With compression one snappy stream follows the header; its identifier precedes the first element.
+        self.finish(SNAPPY_STREAM_IDENTIFIER if compressed else b"")
         return StreamHeader("operator", version, compressed, None, states, broadcast, len(self.bytes), tuple(self.recovered))
 
 

@@ -24,7 +24,10 @@ from statecat.statemeta.metadata import (
 from statecat.statemeta.storage import Storage, open_storage
 from statecat.statemeta.types import TypeDescriptor, collapse_raw
 
-STATE_KINDS = ("keyed", "timer", "operator_list", "union", "broadcast")
+STATE_KINDS = ("keyed", "timer", "operator_list", "union", "broadcast", "coordinator")
+# The operator coordinator's checkpoint (e.g. a FLIP-27 source's split enumerator) shown as a state.
+COORDINATOR_STATE = "_coordinator"
+COORDINATOR_REASON = "connector-specific bytes of the operator coordinator (e.g. a source's split enumerator)"
 KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM = 128
 TIMER_STATE_PREFIX = "_timer_state/"
 PYFLINK_PROCESS_STATE_PREFIX = "python-state-"
@@ -51,7 +54,7 @@ class KeyedLocation:
 class OperatorLocation:
     """One subtask's part of an operator state: element offsets (list) or the map offset (broadcast)."""
 
-    subtask: int
+    subtask: int | None  # None for the coordinator, which runs on the JobManager
     stream: StreamHandle
     offsets: tuple[int, ...]
     compressed: bool
@@ -140,6 +143,9 @@ class StateMeta:
     def operator(self, ref: str) -> OperatorMeta:
         """An operator by id (hex), uid or name."""
         matches = [op for op in self.operators if ref in (op.id, op.uid, op.name)]
+        if not matches:
+            # _metadata before Flink 2.0 keeps no uids, but an operator's id is derived from its uid.
+            matches = [op for op in self.operators if op.id == operator_id_for_uid(ref)]
         if len(matches) == 1:
             return matches[0]
         labels = [op.label for op in self.operators]
@@ -212,6 +218,10 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
             unsupported.append(f"subtask {subtask.index}: raw operator state is user-defined bytes without a schema")
     states = [_keyed_state(op.id, info, key, locs) for info, key, locs in keyed.values()]
     states += [_operator_state(op.id, info, locs) for info, locs in operator.values()]
+    if op.coordinator is not None:
+        blob = TypeDescriptor.raw("OperatorCoordinator", COORDINATOR_REASON)
+        location = OperatorLocation(None, op.coordinator, (0,), False, op.coordinator.size)
+        states.append(StateInfo(op.id, COORDINATOR_STATE, "coordinator", None, None, None, blob, None, (location,)))
     states.sort(key=lambda s: (STATE_KINDS.index(s.kind), s.name))
     return OperatorMeta(op.id, op.uid, op.name, op.parallelism, op.max_parallelism, tuple(states),
                         op.coordinator.size if op.coordinator else 0, tuple(unsupported))
@@ -262,8 +272,11 @@ def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, loc
             return StateInfo(operator_id, info.name, "timer", None, collapse_raw(value.child("key")),
                              collapse_raw(value.child("namespace")),
                              TypeDescriptor.of("long"), None, tuple(locations), _classes(info))
-        return StateInfo(operator_id, info.name, "timer", None, collapse_raw(key), None,
-                         TypeDescriptor.raw(value.describe(), "priority queue elements other than timers are not decoded"),
+        # An element statecat cannot decode holds key, namespace and payload in one blob: the whole
+        # element is the raw value.
+        reason = "; ".join(value.raw_reasons()) or "priority queue elements other than timers are not decoded"
+        element = TypeDescriptor.raw(value.attr("serializer") or value.describe(), reason)
+        return StateInfo(operator_id, info.name, "timer", None, element, None, element,
                          None, tuple(locations), _classes(info))
     state_type = info.options.get("KEYED_STATE_TYPE")
     namespace = serializers.get("NAMESPACE_SERIALIZER") or TypeDescriptor.of("void_namespace")
@@ -284,10 +297,12 @@ def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, loc
         notes.append("state of the async (v2) state API")
     if info.name.startswith(PYFLINK_PROCESS_STATE_PREFIX):
         # Java holds PyFlink coder bytes here; only the job's descriptors say what they encode.
-        value = TypeDescriptor.raw(value.describe(), PYFLINK_UNDECLARED_REASON)
-        if user_key is not None:
-            user_key = TypeDescriptor.raw(user_key.describe(), PYFLINK_UNDECLARED_REASON)
-            value = TypeDescriptor.of("map", [("key", user_key), ("value", value)])
+        if state_type == "MAP":  # keep the map shape: user keys sit in the key bytes, one row per key
+            user_key = TypeDescriptor.raw("ByteArrayWrapperSerializer", PYFLINK_UNDECLARED_REASON)
+            value = TypeDescriptor.of("map", [("key", user_key), ("value", TypeDescriptor.raw(
+                "BytePrimitiveArraySerializer", PYFLINK_UNDECLARED_REASON))])
+        else:
+            value = TypeDescriptor.raw(value.describe(), PYFLINK_UNDECLARED_REASON)
     return StateInfo(operator_id, info.name, "keyed", state_type, key, namespace, value, user_key, tuple(locations),
                      _classes(info), tuple(notes))
 
@@ -302,7 +317,22 @@ def _operator_state(operator_id: str, info: StateMetaInfo, locations: list) -> S
         value = TypeDescriptor.of("broadcast_entry", [("key", collapse_raw(key)), ("value", collapse_raw(value))])
     else:
         value = collapse_raw(value)
-    return StateInfo(operator_id, info.name, kind, None, None, None, value, None, tuple(locations), _classes(info))
+    notes = ()
+    if info.name.startswith(PYFLINK_PROCESS_STATE_PREFIX) and kind == "broadcast":
+        # Java frames each entry's key and value as byte arrays of PyFlink coder bytes: readable as
+        # bytes; their types come from the job's descriptors.
+        value = TypeDescriptor.of("broadcast_entry", [("key", TypeDescriptor.of("bytes")),
+                                                      ("value", TypeDescriptor.of("bytes"))])
+        notes = (PYFLINK_UNDECLARED_REASON,)
+    return StateInfo(operator_id, info.name, kind, None, None, None, value, None, tuple(locations), _classes(info),
+                     notes)
+
+
+def operator_id_for_uid(uid: str) -> str:
+    """Flink's OperatorID for a uid: MurmurHash3 x64 128-bit (seed 0) of the uid's UTF-8 bytes."""
+    import mmh3
+
+    return mmh3.hash_bytes(uid.encode("utf-8"), 0, True).hex()
 
 
 def table_name(operator: OperatorMeta, state: StateInfo) -> str:

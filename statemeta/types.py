@@ -127,7 +127,7 @@ class TypeDescriptor:
             return f"DECIMAL({self.attr('precision')},{self.attr('scale')})"
         if kind == "timestamp_data":
             return "TIMESTAMP_NTZ"
-        if kind in ("nullable", "ttl", "external", "raw_value"):
+        if kind in ("nullable", "ttl", "external", "raw_value", "pyflink"):
             return self.fields[0][1].sql_type()
         if kind in ("list", "primitive_array", "string_array", "generic_array", "ARRAY", "array_data"):
             return f"ARRAY<{self.fields[0][1].sql_type()}>"
@@ -151,6 +151,8 @@ class TypeDescriptor:
             return f"RAW({self.attr('serializer')})"
         if kind in ("nullable", "external", "raw_value"):
             return self.fields[0][1].describe()
+        if kind == "pyflink":  # PyFlink coder bytes of a declared type (descriptor file)
+            return self.attr("coder") if self.attr("layout") != "bag_all" else f"LIST<{self.attr('coder')}>"
         if kind == "ttl":
             return f"TTL<{self.fields[0][1].describe()}>"
         if kind in ("decimal_data", "DECIMAL"):
@@ -248,12 +250,13 @@ def collapse_raw(desc: TypeDescriptor) -> TypeDescriptor:
 
 
 def key_column_type(key: TypeDescriptor) -> TypeDescriptor:
-    """The type of a state table's ``key`` column: SQL keys of one field are that field itself.
+    """The type of a state table's ``key`` column: keys that are rows of one field are that field.
 
-    A Flink SQL ``GROUP BY word`` keys its state by a one-field RowData; analysts write
-    ``WHERE key = 'x'``, so the single field stands for the row. Wider keys stay structs.
+    A Flink SQL ``GROUP BY word`` keys its state by a one-field RowData, and PyFlink's ``key_by``
+    by a one-field Row; analysts write ``WHERE key = 'x'``, so the single field stands for the
+    row. Wider keys stay structs.
     """
-    if key.kind == "rowdata" and len(key.fields) == 1:
+    if key.kind in ("rowdata", "row") and len(key.fields) == 1:
         return key.fields[0][1]
     return key
 

@@ -10,7 +10,8 @@ from statecat.readers import SavepointReader
 from statecat.readers.keygroups import key_group_for, murmur_hash
 from statecat.readers.scan import KeyedStateScanner
 from statecat.statemeta.model import load_state_meta
-from tests.fixtures.expected import CASES, savepoint_dir
+from tests.acceptance import find_operator
+from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir
 
 EXAMPLE = "sql_groupby_hashmap_2.3"
 
@@ -72,3 +73,22 @@ def test_flink_worked_examples_of_the_key_group_hash():
     assert murmur_hash(-816673435) == 2080150784
     assert murmur_hash(119) == 1437734273
     assert murmur_hash(39) == 50510337
+
+
+def _keyed_states_with_rows():
+    for case in CASES:
+        for op, state in iter_states(load_expected(case)):
+            if state["kind"] in ("keyed", "timer") and state["rows"] and not state.get("declared_type"):
+                yield pytest.param(case, op, state["name"], id=f"{case}:{state['name']}")
+
+
+@pytest.mark.parametrize("case,expected_op,state", list(_keyed_states_with_rows()))
+def test_key_filtered_read_equals_filtered_full_scan(case, expected_op, state):
+    reader = SavepointReader(savepoint_dir(case))
+    operator = find_operator(reader.meta, expected_op).id
+    full = reader.table(state, operator).to_pylist()
+    assert full
+    key = full[len(full) // 2]["key"]
+    filtered = reader.table(state, operator, keys=[key]).to_pylist()
+    assert filtered == [row for row in full if row["key"] == key]
+    assert reader.last_stats.key_groups == 1

@@ -9,7 +9,9 @@ import argparse
 import json
 import os
 import socket
+import sys
 import time
+import urllib.error
 import urllib.request
 
 from pyflink.common import Configuration
@@ -46,10 +48,15 @@ def flink_version():
 def make_config(args, rest_port):
     """Configuration for the local MiniCluster, valid for Flink 1.20 and 2.x.
 
-    Both the old and new option keys are set: 1.20 understands both for most of them and 2.x
-    ignores the removed ones; a checkpoint directory is configured so that streams above the
-    20 KiB inline threshold are written as files (without one, everything is inlined).
+    2.x keys always; on 1.x also the old keys of the options 2.0 renamed. A checkpoint
+    directory is configured so that streams above the 20 KiB inline threshold are written as
+    files (without one, Flink inlines everything into _metadata).
     """
+    # Thread mode embeds CPython in the JVM (pemja); that interpreter only sees the venv's
+    # packages through PYTHONPATH, which the gateway JVM (started by Configuration()) inherits.
+    import site
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        site.getsitepackages() + [p for p in [os.environ.get("PYTHONPATH")] if p])
     work = os.path.abspath(args.work)
     ckpt = "file://" + os.path.join(work, "checkpoints")
     spt = "file://" + os.path.join(work, "savepoints")
@@ -63,6 +70,9 @@ def make_config(args, rest_port):
         "rest.port": str(rest_port),
         # the REST metric fetcher caches for 10 s by default; we poll it as our sync condition
         "metrics.fetcher.update-interval": "200",
+        # Python workers (DataStream/UDF jobs) must run with this venv's interpreter.
+        "python.executable": sys.executable,
+        "python.client.executable": sys.executable,
         "parallelism.default": str(args.parallelism),
         "pipeline.max-parallelism": str(args.max_parallelism),
         # RocksDB native libs extract into io.tmp.dirs: keep them in the scratch dir
@@ -90,8 +100,14 @@ class Rest:
         self.job_id = job_id
 
     def get(self, path):
-        with urllib.request.urlopen(self.base + path, timeout=10) as r:
-            return json.loads(r.read())
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=10) as r:
+                return json.loads(r.read())
+        except urllib.error.URLError as e:
+            # expose the socket error (refused vs timed out) that urllib wraps
+            if isinstance(e.reason, OSError):
+                raise e.reason from e
+            raise
 
     def job(self):
         return self.get(f"/jobs/{self.job_id}")
@@ -112,13 +128,20 @@ class Rest:
 
 
 def wait_until(cond, timeout, what):
-    """Polls cond() (a real condition, not a sleep standing in for one) until truthy."""
+    """Polls cond() (a real condition, not a sleep standing in for one) until it is True."""
     deadline = time.monotonic() + timeout
-    last = None
+    last, reached = None, False
     while time.monotonic() < deadline:
         try:
             last = cond()
-        except OSError as e:  # REST endpoint not up yet / transient
+            reached = True
+        except ConnectionRefusedError as e:
+            # Not up yet is fine; gone after having answered means the MiniCluster shut down
+            # (the job ended): fail now rather than at the deadline.
+            if reached:
+                raise RuntimeError(f"REST endpoint went away while waiting for {what}") from e
+            last = e
+        except OSError as e:  # slow answer (e.g. a GC pause under a big state): poll again
             last = e
         if last is True:
             return
@@ -162,16 +185,13 @@ def stop_with_canonical_savepoint(job_client, target_dir, timeout=300):
     return fut.get(int(timeout), jvm.java.util.concurrent.TimeUnit.SECONDS)
 
 
-def finish(args, rest, job_client, targets, extra=None):
+def finish(args, rest, job_client, targets):
+    """Waits for `targets` (see wait_for_records), stops the job with a canonical savepoint and
+    writes {"savepoint": local path, "job_id": ...} to args.result."""
     wait_for_records(rest, targets, args.timeout)
-    vertices = [{"id": v["id"], "name": v["name"], "parallelism": v["parallelism"]}
-                for v in rest.job()["vertices"]]
     path = stop_with_canonical_savepoint(
         job_client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"))
     if path.startswith("file:"):
         path = path[len("file:"):]
-    out = {"savepoint": path, "job_id": str(job_client.get_job_id()),
-           "flink_version": flink_version(), "vertices": vertices}
-    out.update(extra or {})
     with open(args.result, "w") as f:
-        json.dump(out, f, indent=1)
+        json.dump({"savepoint": path, "job_id": str(job_client.get_job_id())}, f)

@@ -89,6 +89,10 @@ def main():
     p.add_argument("--mode", choices=["process", "thread"], default="process")
     args = p.parse_args()
     args.conf.append(f"python.execution-mode={args.mode}")
+    # Timers registered by Python code reach the Java timer service as mailbox actions after
+    # a bundle finishes; Flink only drains pending ones on watermarks, not before a snapshot.
+    # One-record bundles register each record's timers before the next input (or barrier).
+    args.conf.append("python.fn-execution.bundle.size=1")
 
     port = _common.free_port()
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))

@@ -1,0 +1,268 @@
+"""Decoders for PyFlink coder bytes: the values of PyFlink ``process``-mode state.
+
+In process mode Flink stores what PyFlink's coders wrote (``pyflink/fn_execution/coder_impl_*``)
+inside Java ``byte[]`` state; a descriptor file says which coder (``statemeta/descriptors.py``).
+Coder layouts (all big-endian): BOOLEAN 1 byte, BYTE/SHORT/INT/LONG/FLOAT/DOUBLE fixed width
+(BIG_INT is the LONG coder), STRING/CHAR/BIG_DEC int32 length + UTF-8, BYTES and PICKLED int32
+length + bytes, SQL_DATE int32 epoch days, SQL_TIME int32 millis of day, SQL_TIMESTAMP int64
+millis (precision 3), INSTANT int64 seconds + int32 nanos, LOCAL_DATE int32 year + int8 month +
+int8 day, LOCAL_TIME int8 h/m/s + int32 nanos, LIST/OBJECT_ARRAY int32 count + (presence byte,
+value)*, PRIMITIVE_ARRAY int32 count + values, MAP int32 count + (key, null byte, value)*, TUPLE
+the fields back to back, ROW a null mask (2 row-kind bits, then one bit per field, MSB first)
+and the non-null fields.
+
+How Java frames them (the descriptor's ``layout``):
+  plain      one ``byte[]`` (int32 length + bytes) holding exactly one value: map keys and values;
+  bag_first  a Java list of ``byte[]`` (elements joined by Flink's 0x2C list delimiter), each
+             holding one or more values appended together; the state's value is the first one
+             (what PyFlink's ValueState/ReducingState/AggregatingState read);
+  bag_all    the same list, read as all values in order (ListState).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import struct
+
+from statecat.readers.decoders import (
+    EPOCH_ORDINAL,
+    LIST_ELEMENT_DELIMITER,
+    DecodeError,
+    Decoder,
+    _need,
+    _time_text,
+    render_pickled,
+)
+from statecat.statemeta.descriptors import CoderType, parse_type
+from statecat.statemeta.errors import UnsupportedError
+from statecat.statemeta.types import TypeDescriptor, struct_field_names
+
+_I8 = struct.Struct(">b").unpack_from
+_I16 = struct.Struct(">h").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+_U32 = struct.Struct(">I").unpack_from
+_I64 = struct.Struct(">q").unpack_from
+_F32 = struct.Struct(">f").unpack_from
+_F64 = struct.Struct(">d").unpack_from
+_I64_I32 = struct.Struct(">qi").unpack_from
+
+LONG_MIN = -(1 << 63)
+INT_MIN = -(1 << 31)
+ROW_KIND_BITS = 2
+LOCAL_DATE_NULL_YEAR = 0xFFFFFFFF
+LOCAL_TIME_NULL_HOUR = 0xFF
+
+
+def _fixed(unpack, size: int) -> Decoder:
+    def decode(buf, pos):
+        return unpack(buf, pos)[0], pos + size
+    return decode
+
+
+def _boolean(buf, pos):
+    return buf[pos] != 0, pos + 1
+
+
+def _length(buf, pos) -> tuple[int, int]:
+    n = _I32(buf, pos)[0]
+    if n < 0:
+        raise DecodeError(f"negative length {n}")
+    _need(buf, pos + 4 + n)
+    return n, pos + 4
+
+
+def _utf8(buf, pos):
+    n, pos = _length(buf, pos)
+    return bytes(buf[pos:pos + n]).decode("utf-8"), pos + n
+
+
+def _bytes(buf, pos):
+    n, pos = _length(buf, pos)
+    return bytes(buf[pos:pos + n]), pos + n
+
+
+def _sql_time(buf, pos):
+    return _time_text(_I32(buf, pos)[0]), pos + 4
+
+
+def _sql_timestamp(buf, pos):
+    return _I64(buf, pos)[0] * 1000, pos + 8
+
+
+def _instant(buf, pos):
+    seconds, nanos = _I64_I32(buf, pos)
+    if seconds == LONG_MIN and nanos == INT_MIN:
+        return None, pos + 12
+    return seconds * 1_000_000 + nanos // 1000, pos + 12
+
+
+def _local_date_days(buf, pos):
+    if _U32(buf, pos)[0] == LOCAL_DATE_NULL_YEAR:
+        return None, pos + 6
+    year = _I32(buf, pos)[0]
+    return dt.date(year, buf[pos + 4], buf[pos + 5]).toordinal() - EPOCH_ORDINAL, pos + 6
+
+
+def _local_time_parts(buf, pos):
+    if buf[pos] == LOCAL_TIME_NULL_HOUR:
+        return None, pos + 7
+    h, m, s = buf[pos], buf[pos + 1], buf[pos + 2]
+    return (h, m, s, _I32(buf, pos + 3)[0]), pos + 7
+
+
+def _local_time(buf, pos):
+    parts, pos = _local_time_parts(buf, pos)
+    if parts is None:
+        return None, pos
+    h, m, s, nanos = parts
+    text = f"{h:02d}:{m:02d}:{s:02d}"
+    if nanos:
+        text += "." + f"{nanos:09d}".rstrip("0")
+    return text, pos
+
+
+def _local_datetime(buf, pos):
+    days, pos = _local_date_days(buf, pos)
+    parts, pos = _local_time_parts(buf, pos)
+    if days is None or parts is None:
+        return None, pos
+    h, m, s, nanos = parts
+    return ((days * 86_400 + h * 3600 + m * 60 + s) * 1_000_000 + nanos // 1000), pos
+
+
+_SCALARS: dict[str, Decoder] = {
+    "BOOLEAN": _boolean, "BYTE": _fixed(_I8, 1), "SHORT": _fixed(_I16, 2), "INT": _fixed(_I32, 4),
+    "LONG": _fixed(_I64, 8), "BIG_INT": _fixed(_I64, 8), "FLOAT": _fixed(_F32, 4), "DOUBLE": _fixed(_F64, 8),
+    "STRING": _utf8, "CHAR": _utf8, "BIG_DEC": _utf8, "BYTES": _bytes,
+    "SQL_DATE": _fixed(_I32, 4), "SQL_TIME": _sql_time, "SQL_TIMESTAMP": _sql_timestamp, "INSTANT": _instant,
+    "LOCAL_DATE": _local_date_days, "LOCAL_TIME": _local_time, "LOCAL_DATETIME": _local_datetime,
+}
+
+
+def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
+    """The decoder of one PyFlink coder value of declared type ``t``."""
+    name = t.name
+    if name in _SCALARS:
+        return _SCALARS[name]
+    if name == "PICKLED":
+        def pickled(buf, pos):
+            data, pos = _bytes(buf, pos)
+            return render_pickled(data, unpickle), pos
+        return pickled
+    if name in ("LIST", "BASIC_ARRAY", "OBJECT_ARRAY"):
+        element = coder_decoder(t.args[0][1], unpickle=unpickle)
+
+        def generic_array(buf, pos):
+            n = _I32(buf, pos)[0]
+            pos += 4
+            out = []
+            for _ in range(n):
+                present = buf[pos]
+                pos += 1
+                if present:
+                    value, pos = element(buf, pos)
+                    out.append(value)
+                else:
+                    out.append(None)
+            return out, pos
+        return generic_array
+    if name == "PRIMITIVE_ARRAY":
+        element = coder_decoder(t.args[0][1], unpickle=unpickle)
+
+        def primitive_array(buf, pos):
+            n = _I32(buf, pos)[0]
+            pos += 4
+            out = []
+            for _ in range(n):
+                value, pos = element(buf, pos)
+                out.append(value)
+            return out, pos
+        return primitive_array
+    if name == "MAP":
+        key = coder_decoder(t.args[0][1], unpickle=unpickle)
+        value = coder_decoder(t.args[1][1], unpickle=unpickle)
+
+        def map_(buf, pos):
+            n = _I32(buf, pos)[0]
+            pos += 4
+            out = []
+            for _ in range(n):
+                k, pos = key(buf, pos)
+                is_null = buf[pos]
+                pos += 1
+                if is_null:
+                    out.append((k, None))
+                else:
+                    v, pos = value(buf, pos)
+                    out.append((k, v))
+            return out, pos
+        return map_
+    if name in ("TUPLE", "ROW"):
+        names = [n for n, _ in t.args]
+        if name == "TUPLE" or not all(names):
+            names = struct_field_names(len(t.args))
+        fields = list(zip(names, (coder_decoder(ft, unpickle=unpickle) for _, ft in t.args)))
+        if name == "TUPLE":
+            def tuple_(buf, pos):
+                out = {}
+                for field_name, decode in fields:
+                    out[field_name], pos = decode(buf, pos)
+                return out, pos
+            return tuple_
+        mask_bytes = (len(fields) + ROW_KIND_BITS + 7) // 8
+        bits = [((i + ROW_KIND_BITS) // 8, 0x80 >> ((i + ROW_KIND_BITS) % 8)) for i in range(len(fields))]
+
+        def row(buf, pos):
+            mask_at = pos
+            pos += mask_bytes
+            out = {}
+            for (field_name, decode), (byte, bit) in zip(fields, bits):
+                if buf[mask_at + byte] & bit:
+                    out[field_name] = None
+                else:
+                    out[field_name], pos = decode(buf, pos)
+            return out, pos
+        return row
+    raise UnsupportedError(f"no decoder for PyFlink type {t.text()}")
+
+
+def build_pyflink_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
+    """The decoder of a ``pyflink`` descriptor: Java's framing (layout) around the coder values."""
+    layout = desc.attr("layout")
+    value = coder_decoder(parse_type(desc.attr("coder")), unpickle=unpickle)
+    if layout == "plain":
+        def plain(buf, pos):
+            n, pos = _length(buf, pos)
+            end = pos + n
+            result, stop = value(buf, pos)
+            if stop != end:
+                raise DecodeError(f"PyFlink {desc.attr('coder')} value decoded to {stop - pos} bytes but is stored "
+                                  f"in {n}")
+            return result, end
+        return plain
+    if layout in ("bag_first", "bag_all"):
+        everything = layout == "bag_all"
+
+        def bag(buf, pos):
+            # Java's list of byte[]: elements separated by 0x2C. A value is followed by the next
+            # entry's int32 key length or a state id / end marker, whose first byte is never 0x2C
+            # for real sizes, so the delimiter tells whether another element follows.
+            values = []
+            size = len(buf)
+            while True:
+                n, pos = _length(buf, pos)
+                end = pos + n
+                while pos < end:
+                    item, pos = value(buf, pos)
+                    values.append(item)
+                if pos != end:
+                    raise DecodeError(f"PyFlink {desc.attr('coder')} values overrun their byte array")
+                if pos < size and buf[pos] == LIST_ELEMENT_DELIMITER:
+                    pos += 1
+                    continue
+                break
+            if everything:
+                return values, pos
+            return (values[0] if values else None), pos
+        return bag
+    raise UnsupportedError(f"unknown PyFlink state layout {layout!r}")

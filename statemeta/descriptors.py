@@ -1,0 +1,472 @@
+"""Descriptor files: the state types a job declares, for states whose bytes carry no schema.
+
+PyFlink's default ``process`` execution mode keeps every Python state in Java as ``byte[]``
+named ``python-state-<name>`` (value, list, reducing and aggregating states as a list of byte
+arrays, map states as a map of byte arrays), holding PyFlink coder bytes. Nothing in the savepoint
+says what those bytes encode; the job's own state descriptors do. A descriptor file records them::
+
+    {
+      "format": "statecat.descriptors",
+      "version": 1,
+      "operators": {
+        "keyed-fn": {                                   # operator uid, name or hex id
+          "count": "LONG",                              # ValueState<LONG>
+          "items": "LIST<STRING>",                      # ListState<STRING>
+          "per_tag": "MAP<STRING, LONG>",               # MapState<STRING, LONG>
+          "max_v": "REDUCING<LONG>",                    # or {"type": "LONG", "state": "REDUCING"}
+          "avg": "AGGREGATING<TUPLE<LONG, LONG>>",      # the accumulator's type
+          "info": "PICKLED"                             # Types.PICKLED_BYTE_ARRAY()
+        }
+      }
+    }
+
+``LIST<T>`` means a ListState of T, ``MAP<K, V>`` a MapState (or a broadcast state),
+``REDUCING<T>``/``AGGREGATING<T>`` those states, anything else a ValueState (``VALUE<LIST<STRING>>``
+for a ValueState holding a list); ``{"type": ..., "state": ...}`` is the long form. Type grammar:
+STATEINFO.md; coder byte layouts: readers/pyflink_coders.py. ``write_descriptor_file`` writes the
+file from the descriptor objects a PyFlink job already declares.
+
+This module imports only the standard library and statecat's own light modules, so a job's
+PyFlink virtualenv can import it to write the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, replace
+
+from statecat.statemeta.errors import FormatError, LookupFailedError, StatecatError
+from statecat.statemeta.types import TypeDescriptor, struct_field_names
+
+FORMAT_NAME = "statecat.descriptors"
+FORMAT_VERSION = 1
+PYFLINK_PREFIX = "python-state-"
+STATE_TYPES = ("VALUE", "LIST", "MAP", "REDUCING", "AGGREGATING")
+# The Java serializer of PyFlink map (and broadcast) state keys; values are BytePrimitiveArraySerializer.
+BYTE_ARRAY_WRAPPER = "org.apache.flink.streaming.api.utils.ByteArrayWrapperSerializer"
+
+log = logging.getLogger(__name__)
+
+# Declared scalar type → descriptor kind of the decoded value (its Arrow/Spark type).
+SCALARS = {
+    "BOOLEAN": "boolean", "BYTE": "byte", "SHORT": "short", "INT": "int", "LONG": "long",
+    "FLOAT": "float", "DOUBLE": "double", "STRING": "string", "CHAR": "char",
+    # PyFlink's BIG_INT coder is its BIGINT (int64) coder: the value is a LONG in the bytes.
+    "BIG_INT": "long", "BIG_DEC": "bigdec",
+    "SQL_DATE": "sql_date", "SQL_TIME": "sql_time", "SQL_TIMESTAMP": "sql_timestamp",
+    "INSTANT": "instant", "LOCAL_DATE": "local_date", "LOCAL_TIME": "local_time",
+    "LOCAL_DATETIME": "local_datetime", "BYTES": "bytes", "PICKLED": "pickled",
+}
+ALIASES = {
+    "INTEGER": "INT", "BIGINT": "LONG", "TINYINT": "BYTE", "SMALLINT": "SHORT", "VARCHAR": "STRING",
+    "DATE": "SQL_DATE", "TIME": "SQL_TIME", "TIMESTAMP": "SQL_TIMESTAMP", "BIG_INTEGER": "BIG_INT",
+    "DECIMAL": "BIG_DEC", "BIG_DECIMAL": "BIG_DEC", "PICKLED_BYTE_ARRAY": "PICKLED", "BINARY": "BYTES",
+    "PRIMITIVE_ARRAY<BYTE>": "BYTES", "LOCAL_DATE_TIME": "LOCAL_DATETIME", "BOOL": "BOOLEAN",
+}
+CONTAINERS = ("LIST", "MAP", "ROW", "TUPLE", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY")
+
+
+# ----------------------------------------------------------------------------- type grammar
+
+@dataclass(frozen=True)
+class CoderType:
+    """A parsed declared type: ``name`` plus (field name, type) arguments for containers."""
+
+    name: str
+    args: tuple[tuple[str | None, "CoderType"], ...] = ()
+
+    def text(self) -> str:
+        if not self.args:
+            return self.name
+        if self.name == "ROW":
+            return "ROW<" + ", ".join(f"{n} {t.text()}" if n else t.text() for n, t in self.args) + ">"
+        return f"{self.name}<" + ", ".join(t.text() for _, t in self.args) + ">"
+
+    def result_type(self) -> TypeDescriptor:
+        """The descriptor of the decoded value (gives its Arrow and Spark SQL types)."""
+        if self.name in SCALARS:
+            return TypeDescriptor.of(SCALARS[self.name])
+        if self.name in ("LIST", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY"):
+            return TypeDescriptor.of("list", [("element", self.args[0][1].result_type())])
+        if self.name == "MAP":
+            return TypeDescriptor.of("map", [("key", self.args[0][1].result_type()),
+                                             ("value", self.args[1][1].result_type())])
+        names = [n for n, _ in self.args]
+        if self.name == "TUPLE" or not all(names):
+            names = struct_field_names(len(self.args))
+        return TypeDescriptor.of("row" if self.name == "ROW" else "tuple",
+                                 list(zip(names, (t.result_type() for _, t in self.args))))
+
+
+def parse_type(text: str) -> CoderType:
+    """Parses ``LONG``, ``LIST<STRING>``, ``MAP<STRING, LONG>``, ``ROW<a LONG, b STRING>``, ..."""
+    parser = _TypeParser(str(text))
+    parsed = parser.type()
+    parser.skip_space()
+    if parser.pos != len(parser.text):
+        parser.fail("end of the type")
+    return parsed
+
+
+class _TypeParser:
+    TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.pos = 0
+
+    def fail(self, expected: str):
+        raise FormatError(f"bad type {self.text!r}: expected {expected} at character {self.pos}",
+                          hint="Types look like LONG, LIST<STRING>, MAP<STRING, LONG>, ROW<name STRING, n LONG>")
+
+    def skip_space(self):
+        while self.pos < len(self.text) and self.text[self.pos].isspace():
+            self.pos += 1
+
+    def word(self) -> str | None:
+        self.skip_space()
+        m = self.TOKEN.match(self.text, self.pos)
+        if not m:
+            return None
+        self.pos = m.end()
+        return m.group(0)
+
+    def peek(self, char: str) -> bool:
+        self.skip_space()
+        return self.text.startswith(char, self.pos)
+
+    def type(self) -> CoderType:
+        word = self.word()
+        if word is None:
+            self.fail("a type name")
+        name = word.upper()
+        if self.peek("<"):
+            self.pos += 1
+            args = []
+            while True:
+                field_name = None
+                if name == "ROW":
+                    # "ROW<a LONG, b STRING>" names fields; "ROW<LONG, STRING>" does not.
+                    save = self.pos
+                    first = self.word()
+                    if first is not None and not self.peek(",") and not self.peek(">") and not self.peek("<"):
+                        field_name = first
+                    else:
+                        self.pos = save
+                args.append((field_name, self.type()))
+                if self.peek(","):
+                    self.pos += 1
+                    continue
+                if self.peek(">"):
+                    self.pos += 1
+                    break
+                self.fail("',' or '>'")
+            full = f"{name}<" + ", ".join(t.text() for _, t in args) + ">"
+            if full in ALIASES:
+                return CoderType(ALIASES[full])
+            return self._checked(CoderType(name, tuple(args)))
+        return self._checked(CoderType(ALIASES.get(name, name)))
+
+    def _checked(self, t: CoderType) -> CoderType:
+        arity = {"LIST": 1, "PRIMITIVE_ARRAY": 1, "BASIC_ARRAY": 1, "OBJECT_ARRAY": 1, "MAP": 2}
+        if t.name in SCALARS and not t.args:
+            return t
+        if t.name in arity and len(t.args) == arity[t.name]:
+            return t
+        if t.name in ("ROW", "TUPLE") and t.args:
+            return t
+        known = ", ".join(sorted(SCALARS)) + "; " + ", ".join(f"{c}<...>" for c in CONTAINERS)
+        raise FormatError(f"unknown or malformed type {t.text()!r} in {self.text!r}", hint=f"Known types: {known}")
+
+
+# ----------------------------------------------------------------------------- descriptor sets
+
+@dataclass(frozen=True)
+class Declared:
+    type: CoderType
+    state_type: str  # VALUE LIST MAP REDUCING AGGREGATING
+
+
+@dataclass(frozen=True)
+class DescriptorSet:
+    operators: dict[str, dict[str, Declared]]  # operator uid/name/id → declared state name → Declared
+
+    def to_json(self) -> dict:
+        ops = {op: {name: _declared_json(d) for name, d in sorted(states.items())}
+               for op, states in sorted(self.operators.items())}
+        body = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "operators": ops}
+        # Content hash, not a path: the same declarations give the same stateInfo wherever the file is.
+        body["sha256"] = hashlib.sha256(json.dumps(ops, sort_keys=True).encode()).hexdigest()
+        return body
+
+    @property
+    def digest(self) -> str:
+        return self.to_json()["sha256"]
+
+
+def _declared_json(d: Declared) -> str:
+    return _spec_text(d.type.text(), d.state_type)
+
+
+def _spec_text(type_text: str, state_type: str) -> str:
+    """The declaration as a type string: ``LONG``, ``LIST<STRING>``, ``REDUCING<LONG>``, ``VALUE<LIST<STRING>>``."""
+    return type_text if state_type == _default_state_type(parse_type(type_text)) else f"{state_type}<{type_text}>"
+
+
+def _default_state_type(t: CoderType) -> str:
+    return {"LIST": "LIST", "MAP": "MAP"}.get(t.name, "VALUE")
+
+
+def _state_and_type(text: str) -> tuple[CoderType, str]:
+    """``REDUCING<LONG>`` / ``AGGREGATING<T>`` / ``VALUE<T>`` name the state kind around the type."""
+    head = text.strip().split("<", 1)[0].strip().upper()
+    if head in ("VALUE", "REDUCING", "AGGREGATING") and text.strip().endswith(">"):
+        return parse_type(text.strip()[len(head) + 1:-1]), head
+    t = parse_type(text)
+    return t, _default_state_type(t)
+
+
+def parse_descriptors(doc: dict, where: str = "descriptor file") -> DescriptorSet:
+    if not isinstance(doc, dict) or not isinstance(doc.get("operators"), dict):
+        raise FormatError("a descriptor file is a JSON object with an \"operators\" object", file=where,
+                          hint="See STATEINFO.md, section 'Descriptor files'")
+    if doc.get("format", FORMAT_NAME) != FORMAT_NAME or doc.get("version", FORMAT_VERSION) != FORMAT_VERSION:
+        raise FormatError(f"descriptor file format {doc.get('format')!r} version {doc.get('version')!r}; "
+                          f"expected {FORMAT_NAME!r} version {FORMAT_VERSION}", file=where)
+    operators: dict[str, dict[str, Declared]] = {}
+    for op, states in doc["operators"].items():
+        if not isinstance(states, dict):
+            raise FormatError(f"operator {op!r}: expected an object of state name → type", file=where)
+        out = {}
+        for name, spec in states.items():
+            try:
+                if isinstance(spec, str):
+                    t, state_type = _state_and_type(spec)
+                elif isinstance(spec, dict) and isinstance(spec.get("type"), str):
+                    t = parse_type(spec["type"])
+                    state_type = str(spec.get("state", _default_state_type(t))).upper()
+                else:
+                    raise FormatError("expected a type string or {\"type\": ..., \"state\": ...}")
+                if state_type not in STATE_TYPES:
+                    raise FormatError(f"state kind {state_type!r}; expected one of {', '.join(STATE_TYPES)}")
+                if state_type == "LIST" and t.name != "LIST":
+                    raise FormatError(f"a LIST state declares LIST<element type>, got {t.text()}")
+                if state_type == "MAP" and t.name != "MAP":
+                    raise FormatError(f"a MAP state declares MAP<key type, value type>, got {t.text()}")
+            except FormatError as exc:
+                raise FormatError(f"operator {op!r}, state {name!r}: {exc.message}", file=where,
+                                  hint=exc.hint) from None
+            out[str(name)] = Declared(t, state_type)
+        operators[str(op)] = out
+    return DescriptorSet(operators)
+
+
+def load_descriptors(path: str | os.PathLike) -> DescriptorSet:
+    path = os.fspath(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        raise LookupFailedError("no such descriptor file", file=path) from None
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"cannot read the descriptor file: {exc}", file=path) from None
+    return parse_descriptors(doc, path)
+
+
+def as_descriptor_set(descriptors) -> DescriptorSet:
+    if isinstance(descriptors, DescriptorSet):
+        return descriptors
+    if isinstance(descriptors, dict):
+        return parse_descriptors(descriptors)
+    return load_descriptors(descriptors)
+
+
+# ----------------------------------------------------------------------------- applying to StateMeta
+
+def apply_descriptors(meta, descriptors):
+    """A StateMeta whose PyFlink process-mode states carry their declared names and types."""
+    from statecat.statemeta.model import STATE_KINDS, StateMeta
+
+    dset = as_descriptor_set(descriptors)
+    source = dset.digest
+    by_op: dict[str, dict[str, Declared]] = {}
+    for ref, states in dset.operators.items():
+        matches = [op for op in meta.operators if ref in (op.id, op.uid, op.name)]
+        if not matches:
+            # _metadata before Flink 2.0 keeps no uids, but Flink derives the operator id from the uid.
+            from statecat.statemeta import model
+
+            derive = getattr(model, "operator_id_for_uid", None)
+            matches = [op for op in meta.operators if derive is not None and op.id == derive(ref)]
+        if not matches:
+            log.warning("descriptor file: no operator %r in savepoint %s", ref, meta.path)
+            continue
+        if len(matches) > 1:
+            raise LookupFailedError(f"descriptor file: operator {ref!r} is ambiguous in savepoint {meta.path}",
+                                    hint="Use the operator uid or id: " + ", ".join(op.id for op in matches))
+        by_op.setdefault(matches[0].id, {}).update(states)
+    operators = []
+    for op in meta.operators:
+        declared = by_op.get(op.id)
+        if not declared:
+            operators.append(op)
+            continue
+        stored = {s.name: s for s in op.states}
+        states = []
+        used = set()
+        for state in op.states:
+            name = state.name[len(PYFLINK_PREFIX):] if state.name.startswith(PYFLINK_PREFIX) else None
+            if name is None or name not in declared:
+                states.append(state)
+                continue
+            used.add(name)
+            # Keep the stored name if the declared one is taken by another (Java) state.
+            new_name = state.name if name in stored else name
+            states.append(_declared_state(op, state, new_name, declared[name], source))
+        for name in sorted(set(declared) - used):
+            log.warning("descriptor file: operator %s has no state %r (python-state-%s) in savepoint %s; "
+                        "a state never written is not in the savepoint", op.label, name, name, meta.path)
+        states.sort(key=lambda s: (STATE_KINDS.index(s.kind), s.name))
+        operators.append(replace(op, states=tuple(states)))
+    return StateMeta(meta.storage, meta.metadata, tuple(operators))
+
+
+def _declared_state(op, state, new_name: str, declared: Declared, source: str):
+    where = dict(operator=op.label, state=state.name)
+    java_value = state.serializer_classes.get("VALUE_SERIALIZER", "")
+    note = f"stored as {state.name}; declared {declared.state_type} {declared.type.text()} by a descriptor file"
+    attrs = dict(declared=declared.type.text(), stored_name=state.name, source=source)
+    if "TTL" in java_value.upper():
+        # A TTL wrapper puts a timestamp before every byte array; not decoded yet.
+        reason = "PyFlink state with a TTL: the TTL-wrapped byte arrays are not decoded yet"
+        value = TypeDescriptor.raw(java_value, reason)
+        return replace(state, name=new_name, value=value, notes=state.notes + (note,))
+    if state.kind == "broadcast":
+        if declared.state_type != "MAP":
+            raise FormatError(f"declared a {declared.state_type} state, but Flink stored a broadcast (map) state",
+                              **where, hint="Declare broadcast states as MAP<key type, value type>")
+        key_t, value_t = declared.type.args[0][1], declared.type.args[1][1]
+        value = TypeDescriptor.of("broadcast_entry", [("key", _pyflink("plain", key_t, java_class=BYTE_ARRAY_WRAPPER,
+                                                                **attrs)),
+                                                      ("value", _pyflink("plain", value_t, **attrs))])
+        notes = tuple(n for n in state.notes if "descriptors" not in n) + (note,)
+        return replace(state, name=new_name, value=value, notes=notes)
+    if declared.state_type == "MAP":
+        if state.state_type != "MAP":
+            raise FormatError(f"declared a MAP state, but Flink stored a {state.state_type} state", **where,
+                              hint="Fix the descriptor file: this state is not a MapState")
+        key_t, value_t = declared.type.args[0][1], declared.type.args[1][1]
+        user_key = _pyflink("plain", key_t, java_class=BYTE_ARRAY_WRAPPER, **attrs)
+        value = TypeDescriptor.of("map", [("key", user_key), ("value", _pyflink("plain", value_t, **attrs))])
+        return replace(state, name=new_name, state_type="MAP", user_key=user_key, value=value,
+                       notes=state.notes + (note,))
+    if state.state_type != "LIST":
+        raise FormatError(f"declared a {declared.state_type} state, but Flink stored a {state.state_type} state "
+                          f"(PyFlink keeps value, list, reducing and aggregating states as a list of byte arrays)",
+                          **where, hint="Fix the descriptor file: this is a MapState")
+    if declared.state_type == "LIST":
+        value = _pyflink("bag_all", declared.type.args[0][1], **attrs)
+    else:
+        value = _pyflink("bag_first", declared.type, **attrs)
+    return replace(state, name=new_name, state_type=declared.state_type, value=value, user_key=None,
+                   notes=state.notes + (note,))
+
+
+def _pyflink(layout: str, t: CoderType, **attrs) -> TypeDescriptor:
+    """A ``pyflink`` descriptor: how Java frames the bytes (layout), the coder type and the result.
+
+    layouts: ``plain`` = one byte array holding one coder value (map keys and values);
+    ``bag_first``/``bag_all`` = Java's list of byte arrays, each holding one or more coder values,
+    read as its first value (value, reducing, aggregating states) or all of them (list states).
+    """
+    result = t.result_type()
+    if layout == "bag_all":
+        result = TypeDescriptor.of("list", [("element", result)])
+    return TypeDescriptor.of("pyflink", [("value", result)], layout=layout, coder=t.text(), **attrs)
+
+
+# ----------------------------------------------------------------------------- from PyFlink objects
+
+def type_from_pyflink(type_info) -> str:
+    """The declared-type text of a PyFlink ``TypeInformation`` (duck-typed: no pyflink import)."""
+    cls = type(type_info).__name__
+    if cls == "PickledBytesTypeInfo":
+        return "PICKLED"
+    if cls in ("BasicTypeInfo", "InstantTypeInfo"):
+        basic = getattr(type_info, "_basic_type", None)
+        name = getattr(basic, "name", None) or ("INSTANT" if cls == "InstantTypeInfo" else None)
+        if name in SCALARS:
+            return name
+    if cls == "DateTypeInfo":
+        return "SQL_DATE"
+    if cls == "TimeTypeInfo":
+        return "SQL_TIME"
+    if cls == "TimestampTypeInfo":
+        return "SQL_TIMESTAMP"
+    if cls == "LocalTimeTypeInfo":
+        return {"LOCAL_DATE": "LOCAL_DATE", "LOCAL_TIME": "LOCAL_TIME",
+                "LOCAL_DATE_TIME": "LOCAL_DATETIME"}[type_info._time_type.name]
+    if cls == "PrimitiveArrayTypeInfo":
+        element = type_from_pyflink(type_info._element_type)
+        return "BYTES" if element == "BYTE" else f"PRIMITIVE_ARRAY<{element}>"
+    if cls in ("BasicArrayTypeInfo", "ObjectArrayTypeInfo"):
+        return f"OBJECT_ARRAY<{type_from_pyflink(type_info._element_type)}>"
+    if cls == "ListTypeInfo":
+        return f"LIST<{type_from_pyflink(type_info.elem_type)}>"
+    if cls == "MapTypeInfo":
+        return f"MAP<{type_from_pyflink(type_info._key_type_info)}, {type_from_pyflink(type_info._value_type_info)}>"
+    if cls == "TupleTypeInfo":
+        return "TUPLE<" + ", ".join(type_from_pyflink(t) for t in type_info.get_field_types()) + ">"
+    if cls == "RowTypeInfo":
+        fields = zip(type_info.get_field_names(), type_info.get_field_types())
+        return "ROW<" + ", ".join(f"{n} {type_from_pyflink(t)}" for n, t in fields) + ">"
+    if cls == "ExternalTypeInfo":
+        return type_from_pyflink(type_info._type_info)
+    raise StatecatError(f"PyFlink type {type_info!r} ({cls}) has no descriptor-file type",
+                        hint="Write that state's type into the descriptor file by hand, or use PICKLED")
+
+
+_DESCRIPTOR_STATES = {
+    "ValueStateDescriptor": "VALUE", "ListStateDescriptor": "LIST", "MapStateDescriptor": "MAP",
+    "ReducingStateDescriptor": "REDUCING", "AggregatingStateDescriptor": "AGGREGATING",
+}
+
+
+def descriptors_from_pyflink(operators: dict) -> dict:
+    """A descriptor-file document from the PyFlink state descriptors a job declares.
+
+    ``operators``: operator uid (or name) → iterable of ``ValueStateDescriptor``,
+    ``ListStateDescriptor``, ``MapStateDescriptor``, ``ReducingStateDescriptor`` and
+    ``AggregatingStateDescriptor`` objects, e.g. the ones the job's ``open()`` passes to
+    ``get_state``. PyFlink's ListStateDescriptor holds ``LIST<element>`` and its
+    MapStateDescriptor ``MAP<key, value>``, which is the file's notation as well.
+    """
+    ops: dict = {}
+    for op, descriptors in operators.items():
+        states = {}
+        for d in descriptors:
+            kind = _DESCRIPTOR_STATES.get(type(d).__name__)
+            if kind is None:
+                raise StatecatError(f"{type(d).__name__} is not a PyFlink keyed state descriptor")
+            t = type_from_pyflink(d.type_info)
+            states[d.name] = _spec_text(t, kind)
+        ops[str(op)] = states
+    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "operators": ops}
+    parse_descriptors(doc)  # fail here, in the job, rather than later in the snapshotter
+    return doc
+
+
+def write_descriptor_file(path: str | os.PathLike, operators: dict) -> str:
+    """Writes ``descriptors_from_pyflink(operators)`` as JSON to ``path``; returns the path."""
+    doc = descriptors_from_pyflink(operators)
+    path = os.fspath(path)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
