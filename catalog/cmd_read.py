@@ -73,9 +73,9 @@ def to_json_value(value):
 def run(args) -> int:
     reader = SavepointReader(args.path, unpickle=args.unpickle)
     operator, state = reader.find(args.state, args.operator)
-    keys = [parse_key(k, state.key) for k in args.key] if args.key else None
-    if keys is not None and not state.is_keyed:
+    if args.key and not state.is_keyed:
         raise LookupFailedError(f"--key applies to keyed states; {state.name!r} is a {state.kind} state")
+    keys = [parse_key(k, state.key) for k in args.key] if args.key else None
     columns = reader.schema(state.name, operator.id).names
     rows = _limited(reader.batches(state.name, operator.id, keys=keys), args.limit)
     out = sys.stdout

@@ -81,10 +81,6 @@ def _skip_one(buf, pos):
     return None, pos + 1
 
 
-def _nothing(buf, pos):
-    return None, pos
-
-
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:

@@ -20,9 +20,10 @@ from statecat.statemeta.types import TypeDescriptor, key_column_type
 
 END_OF_KEY_GROUP = 0xFFFF
 FLAG = 0x80
-# Error codes of the compiled walk; the caller re-reads such a key-group with the general decoder,
-# which raises the precise error.
+# Error codes of the compiled walk, turned into messages by the caller.
 WALK_OK, WALK_OVERRUN, WALK_WRONG_GROUP = 0, 1, 2
+WALK_ERRORS = {WALK_OVERRUN: "expected entry lengths within the key-group, got a length running past its end",
+               WALK_WRONG_GROUP: "expected entries of this key-group only, got an entry of another key-group"}
 MIN_ENTRY_BYTES = 9  # i32 key length, 1 key byte, i32 value length
 
 # SQL logical types stored in one 8-byte slot of a binary row, with their numpy dtype.
@@ -100,9 +101,28 @@ def java_ascii_strings(buf, at, starts, lengths):  # pragma: no cover - compiled
     return -1
 
 
+@numba.njit(cache=True, nogil=True)
+def _gather(buf, at, width, out):  # pragma: no cover - compiled
+    for i in range(at.shape[0]):
+        p = at[i]
+        for j in range(width):
+            out[i, j] = buf[p + j]
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_ranges(buf, starts, lengths, offsets, out):  # pragma: no cover - compiled
+    for i in range(starts.shape[0]):
+        p = starts[i]
+        q = offsets[i]
+        for j in range(lengths[i]):
+            out[q + j] = buf[p + j]
+
+
 def gather(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """``width`` bytes at each position, as an (n, width) uint8 array."""
-    return buf[at[:, None] + np.arange(width)]
+    out = np.empty((at.shape[0], width), dtype=np.uint8)
+    _gather(buf, at, width, out)
+    return out
 
 
 def strings_from_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, nulls: np.ndarray | None,
@@ -111,12 +131,8 @@ def strings_from_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
     n = starts.shape[0]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
-    total = int(offsets[-1])
-    if total:
-        index = np.repeat(starts - offsets[:-1], lengths) + np.arange(total, dtype=np.int64)
-        data = buf[index]
-    else:
-        data = np.zeros(0, dtype=np.uint8)
+    data = np.empty(int(offsets[-1]), dtype=np.uint8)
+    _copy_ranges(buf, starts, lengths, offsets, data)
     large = pa.large_string() if pa.types.is_string(arrow) else pa.large_binary()
     validity = None if nulls is None or not nulls.any() else pa.py_buffer(np.packbits(~nulls, bitorder="little"))
     array = pa.Array.from_buffers(large, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])

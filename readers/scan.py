@@ -13,9 +13,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from statecat.readers.arrow_types import state_schema
-from statecat.readers.fastscan import MIN_ENTRY_BYTES, WALK_OK, ColumnExtractor, plan_column, walk_key_group
+from statecat.readers.fastscan import (
+    MIN_ENTRY_BYTES,
+    WALK_ERRORS,
+    WALK_OK,
+    ColumnExtractor,
+    plan_column,
+    walk_key_group,
+)
 from statecat.readers.decoders import (
     LIST_ELEMENT_DELIMITER,
     TIMER_TIMESTAMP_FLIP,
@@ -31,8 +39,6 @@ from statecat.statemeta.types import TypeDescriptor
 DEFAULT_BATCH_ROWS = 65_536
 # Key-group bytes decoded column-wise in one go: many small key-groups share the per-call cost.
 FAST_GROUP_BYTES = 8 << 20
-END_OF_KEY_GROUP = 0xFFFF
-META_DATA_FOLLOWS_FLAG = 0x80
 
 _U16 = struct.Struct(">H").unpack_from
 _I32 = struct.Struct(">i").unpack_from
@@ -65,10 +71,6 @@ def _varbytes_length(n: int) -> int:
         count += 1
         n >>= 8
     return count
-
-
-def _raw_decoder(buf, pos):  # placeholder; raw parts are sliced by the caller
-    raise AssertionError("raw parts are framed by the caller")
 
 
 class KeyedStateScanner:
@@ -125,18 +127,19 @@ class KeyedStateScanner:
             return None
         return ColumnExtractor(*plans, prefix=self.prefix)
 
-    # -- planning
-
-    def locations(self) -> list[KeyedLocation]:
-        return list(self.state.locations)
-
     # -- reading
 
     def batches(self, locations: Iterable[KeyedLocation] | None = None, key_groups: set[int] | None = None,
                 batch_rows: int = DEFAULT_BATCH_ROWS, keys: list | None = None) -> Iterator[pa.RecordBatch]:
         locations = self.state.locations if locations is None else locations
-        if self.fast is not None and keys is None:
-            yield from self._fast_batches(locations, key_groups, batch_rows)
+        if self.fast is not None and (keys is None or self._filterable_keys()):
+            batches = self._fast_batches(locations, key_groups, batch_rows)
+            if keys is None:
+                yield from batches
+            else:
+                wanted_keys = pa.array(keys, type=self.schema.field("key").type)
+                for batch in batches:
+                    yield batch.filter(pc.is_in(batch.column(0), value_set=wanted_keys))
             return
         columns: tuple[list, list, list] = ([], [], [])
         wanted = None if keys is None else set(_hashable(k) for k in keys)
@@ -149,20 +152,20 @@ class KeyedStateScanner:
         if columns[0] or not self.stats.rows:
             yield self._batch(columns)
 
+    def _filterable_keys(self) -> bool:
+        """Whether Arrow can match the key column against wanted keys (scalar key columns)."""
+        key_type = self.schema.field("key").type
+        return not (pa.types.is_struct(key_type) or pa.types.is_list(key_type) or pa.types.is_map(key_type))
+
     def _fast_batches(self, locations, key_groups, batch_rows) -> Iterator[pa.RecordBatch]:
         """Walks each key-group compiled, then cuts columns out of many key-groups at once."""
         group: list[tuple] = []  # (key_group, data, file, base, state_id, positions)
         group_rows = group_bytes = 0
         for location in locations:
             for key_group, data, file, base in self._key_groups(location, key_groups):
-                buf = np.frombuffer(data, dtype=np.uint8)
-                capacity = len(data) // MIN_ENTRY_BYTES + 1
-                positions = [np.empty(capacity, dtype=np.int64) for _ in range(4)]
-                count, error, _ = walk_key_group(buf, location.state_id, self.prefix, key_group, *positions)
-                if error != WALK_OK:  # damaged: the general decoder raises the precise error
-                    self._decode_key_group(key_group, data, location.state_id, ([], [], []), file, base, None)
-                group.append((key_group, data, file, base, location.state_id, [p[:count] for p in positions]))
-                group_rows += count
+                _, positions = self._locate(key_group, data, location.state_id, file, base)
+                group.append((key_group, data, file, base, location.state_id, positions))
+                group_rows += len(positions[0])
                 group_bytes += len(data)
                 if group_rows >= batch_rows or group_bytes >= FAST_GROUP_BYTES:
                     yield self._fast_batch(group)
@@ -233,92 +236,82 @@ class KeyedStateScanner:
             if stream is not None:
                 stream.close()
 
-    def _decode_key_group(self, key_group: int, buf: bytes, state_id: int, columns, file: str, base: int, wanted) -> None:
+    def _locate(self, key_group: int, data: bytes, state_id: int, file: str, base: int):
+        """Positions (key at, key length, value at, value length) of the state's entries in a key-group.
+
+        The framing walk is compiled; it also checks every length against the key-group's bytes
+        and every entry's key-group prefix."""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        capacity = len(data) // MIN_ENTRY_BYTES + 1
+        positions = [np.empty(capacity, dtype=np.int64) for _ in range(4)]
+        count, error, at = walk_key_group(buf, state_id, self.prefix, key_group, *positions)
+        if error != WALK_OK:
+            raise FormatError(f"{WALK_ERRORS[error]} in key-group {key_group} ({len(data)} bytes)", file=file,
+                              offset=base + at, operator=self.operator.label, state=self.state.name,
+                              hint="The state file is damaged or truncated")
+        return buf, [p[:count] for p in positions]
+
+    def _decode_key_group(self, key_group: int, data: bytes, state_id: int, columns, file: str, base: int,
+                          wanted) -> None:
+        """Decodes the state's entries of one key-group record by record (any type)."""
+        _, (key_at, key_len, value_at, value_len) = self._locate(key_group, data, state_id, file, base)
         keys, namespaces, values = columns
         prefix = self.prefix
         value_kind = self.value_kind
-        pos = 2
-        size = len(buf)
-        current = _U16(buf, 0)[0]
+        buf = data
         # A MapState row gathers the consecutive entries that share key and namespace bytes.
         map_identity = None
         map_keep = False
         map_entries: list = []
+        kat = 0
         try:
-            while True:
-                key_len = _I32(buf, pos)[0]
-                key_at = pos + 4
-                value_len = _I32(buf, key_at + key_len)[0]
-                value_at = key_at + key_len + 4
-                pos = value_at + value_len
-                if key_len < prefix or value_len < 0 or pos > size:
-                    raise DecodeError(f"key length {key_len} / value length {value_len} exceed the key-group's "
-                                      f"{size} bytes")
-                first = buf[key_at]
-                if current == state_id:
-                    stored_group = ((first & 0x7F) << 8 | buf[key_at + 1]) if prefix == 2 else first & 0x7F
-                    if stored_group != key_group:
-                        raise DecodeError(f"entry of key-group {stored_group} inside key-group {key_group}")
-                    if first & META_DATA_FOLLOWS_FLAG:
-                        # Clear the flag in a copy so the key bytes read as Flink wrote them.
-                        key_bytes = bytes([first & 0x7F]) + buf[key_at + 1:key_at + key_len]
-                        kbuf, kpos = key_bytes, 0
-                    else:
-                        kbuf, kpos = buf, key_at
-                    kend = kpos + key_len
-                    if value_kind == "map":
-                        key, namespace, user_at = self._split_key(kbuf, kpos + prefix, kend)
-                        identity = bytes(kbuf[kpos + prefix:user_at])
-                        user_key = (bytes(kbuf[user_at:kend]) if self.user_key_decoder is None
-                                    else self._decode_exact(self.user_key_decoder, kbuf, user_at, kend, "map key"))
-                        if identity != map_identity:
-                            if map_keep:
-                                values.append(map_entries)
-                            map_identity, map_entries = identity, []
-                            map_keep = wanted is None or _hashable(key) in wanted
-                            if map_keep:
-                                keys.append(key)
-                                namespaces.append(namespace)
-                        if map_keep:
-                            map_entries.append((user_key, self._map_value(buf, value_at, value_len)))
-                    elif value_kind == "element":
-                        keys.append(None)
-                        namespaces.append(None)
-                        values.append(bytes(kbuf[kpos + prefix:kend]))
-                    elif value_kind == "timer":
-                        # Flink flips the sign bit so timers sort by time as unsigned bytes.
-                        timestamp = _U64(kbuf, kpos + prefix)[0] - TIMER_TIMESTAMP_FLIP
-                        key, namespace, end = self._split_key(kbuf, kpos + prefix + 8, kend)
-                        if end != kend:
-                            raise DecodeError(f"timer element has {kend - end} unread bytes")
-                        if wanted is None or _hashable(key) in wanted:
-                            keys.append(key)
-                            namespaces.append(namespace)
-                            values.append(timestamp)
-                    else:
-                        key, namespace, end = self._split_key(kbuf, kpos + prefix, kend)
-                        if end != kend:
-                            raise DecodeError(f"composite key has {kend - end} unread bytes after the namespace")
-                        if wanted is None or _hashable(key) in wanted:
-                            keys.append(key)
-                            namespaces.append(namespace)
-                            values.append(self._value(buf, value_at, value_len))
-                if first & META_DATA_FOLLOWS_FLAG:
-                    if value_kind == "map" and current == state_id and map_identity is not None:
+            for kat, klen, vat, vlen in zip(key_at.tolist(), key_len.tolist(), value_at.tolist(), value_len.tolist()):
+                kend = kat + klen
+                # The prefix (and the "meta data follows" flag in its first byte) is not decoded:
+                # the walk already checked it names this key-group.
+                if value_kind == "map":
+                    key, namespace, user_at = self._split_key(buf, kat + prefix, kend)
+                    identity = buf[kat + prefix:user_at]
+                    user_key = (buf[user_at:kend] if self.user_key_decoder is None
+                                else self._decode_exact(self.user_key_decoder, buf, user_at, kend, "map key"))
+                    if identity != map_identity:
                         if map_keep:
                             values.append(map_entries)
-                        map_identity, map_keep, map_entries = None, False, []
-                    current = _U16(buf, pos)[0]
-                    pos += 2
-                    if current == END_OF_KEY_GROUP:
-                        break
+                        map_identity, map_entries = identity, []
+                        map_keep = wanted is None or _hashable(key) in wanted
+                        if map_keep:
+                            keys.append(key)
+                            namespaces.append(namespace)
+                    if map_keep:
+                        map_entries.append((user_key, self._map_value(buf, vat, vlen)))
+                elif value_kind == "element":
+                    keys.append(None)
+                    namespaces.append(None)
+                    values.append(buf[kat + prefix:kend])
+                elif value_kind == "timer":
+                    # Flink flips the sign bit so timers sort by time as unsigned bytes.
+                    timestamp = _U64(buf, kat + prefix)[0] - TIMER_TIMESTAMP_FLIP
+                    key, namespace, end = self._split_key(buf, kat + prefix + 8, kend)
+                    if end != kend:
+                        raise DecodeError(f"timer element has {kend - end} unread bytes")
+                    if wanted is None or _hashable(key) in wanted:
+                        keys.append(key)
+                        namespaces.append(namespace)
+                        values.append(timestamp)
+                else:
+                    key, namespace, end = self._split_key(buf, kat + prefix, kend)
+                    if end != kend:
+                        raise DecodeError(f"composite key has {kend - end} unread bytes after the namespace")
+                    if wanted is None or _hashable(key) in wanted:
+                        keys.append(key)
+                        namespaces.append(namespace)
+                        values.append(self._value(buf, vat, vlen))
+            if map_keep:
+                values.append(map_entries)
         except (DecodeError, struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError) as exc:
             raise FormatError(f"could not decode an entry of key-group {key_group}: {exc}", file=file,
-                              offset=base + min(pos, size), operator=self.operator.label, state=self.state.name,
+                              offset=base + kat, operator=self.operator.label, state=self.state.name,
                               hint="The state file is damaged, or its type is not what the header says") from None
-        if pos != size:
-            raise FormatError(f"expected key-group {key_group} to end at its END marker, found {size - pos} more bytes",
-                              file=file, offset=base + pos, operator=self.operator.label, state=self.state.name)
 
     def _split_key(self, buf, pos: int, end: int):
         """Decodes key and namespace of a composite key; returns (key, namespace, position after them)."""
