@@ -220,6 +220,9 @@ class _MetadataParser:
             checkpoint_type, savepoint_format = self._checkpoint_properties()
         elif not data.at_end():
             raise data.error("end of file after the last operator", "more bytes")
+        elif _has_savepoint_key_groups(operators):
+            # Before version 4 nothing records the type; only canonical savepoints write tag-7 handles.
+            savepoint_format = "CANONICAL"
         return CheckpointMetadata(self.storage, self.version, checkpoint_id, masters, operators,
                                   checkpoint_type, savepoint_format, self.size)
 
@@ -481,6 +484,11 @@ class _MetadataParser:
             return None, None
         fmt = checkpoint_type.get("formatType")
         return checkpoint_type.get("name"), (fmt if isinstance(fmt, str) else None)
+
+
+def _has_savepoint_key_groups(operators: tuple[OperatorState, ...]) -> bool:
+    return any(isinstance(subtask.managed_keyed, KeyGroupsHandle) and subtask.managed_keyed.kind == "savepoint"
+               for op in operators for subtask in op.subtasks)
 
 
 _CHANGELOG_REASON = "changelog state backend handles are not supported yet; disable the changelog backend and take a canonical savepoint"
