@@ -101,7 +101,7 @@ def _size(n: int) -> str:
 def render_text(report: dict) -> str:
     lines = [
         f"savepoint   {report['path']}",
-        f"checkpoint  {report['checkpoint_id']}  ({report['checkpoint_type'] or 'unknown type'}, "
+        f"checkpoint  {report['checkpoint_id']}  ({report['checkpoint_type'] or 'type not recorded'}, "
         f"format {report['savepoint_format'] or '-'}, _metadata v{report['metadata_version']}, "
         f"{_size(report['metadata_bytes'])})",
         f"operators   {len(report['operators'])}",
