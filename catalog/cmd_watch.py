@@ -19,10 +19,12 @@ import logging
 import posixpath
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow.fs as pafs
 
+from statecat.catalog.cmd_attach import add_home_argument, cli_session
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.stateinfo import STATE_INFO_FILE, _filesystem_for, _read_json, is_fresh, snapshot
 from statecat.statemeta.storage import METADATA_FILE, SAVEPOINT_DIR_PREFIXES, open_storage
@@ -58,6 +60,8 @@ class Watcher:
     max_depth: int = DEFAULT_MAX_DEPTH
     stable_polls: int = 2
     seen: dict[str, _Seen] = field(default_factory=dict)
+    # Called with each savepoint's URI once it has a stateInfo (e.g. to register it in the catalog).
+    on_ready: Callable[[str], None] | None = None
 
     def __post_init__(self):
         self._fs = [(root, *_filesystem_for(root)) for root in self.roots]
@@ -111,6 +115,7 @@ class Watcher:
                 if self._already_done(root, filesystem, base, directory):
                     entry.status = "done"
                     events.append(Event("done", directory, "stateInfo already matches"))
+                    self._ready(self._uri(root, base, directory))
                     continue
             elif entry.stamp != stamp:
                 entry.stamp, entry.polls_stable, entry.status = stamp, 0, "pending"
@@ -170,10 +175,19 @@ class Watcher:
             log.error("skipping %s until its _metadata changes: %s", uri, exc)
             return Event("skipped", directory, str(exc))
         entry.status = "done"
+        self._ready(uri)
         if result.written:
             log.info("wrote %s", result.path)
             return Event("snapshot", directory, result.path)
         return Event("unchanged", directory, result.path)
+
+    def _ready(self, uri: str) -> None:
+        if self.on_ready is None:
+            return
+        try:
+            self.on_ready(uri)
+        except Exception as exc:  # noqa: BLE001 - a daemon logs a failed registration and goes on
+            log.error("could not register %s: %s", uri, exc)
 
     # -- loop
 
@@ -193,6 +207,22 @@ class Watcher:
             stop.wait(max(0.0, interval - (time.monotonic() - started)))
 
 
+def catalog_registrar(home: str | None) -> Callable[[str], None]:
+    """Registers savepoints as databases, starting Spark on the first one (attach is idempotent)."""
+    spark = None
+
+    def register(uri: str) -> None:
+        nonlocal spark
+        from statecat.catalog.databases import attach
+
+        if spark is None:
+            spark = cli_session(home)
+        result = attach(spark, [uri], eager=True)
+        for database in result.materialised:
+            log.info("registered %s as database %s", uri, database)
+    return register
+
+
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "watch", help="write the stateInfo of every new savepoint and retained checkpoint under directories",
@@ -206,6 +236,9 @@ def add_parser(subparsers):
     parser.add_argument("--descriptors", metavar="FILE", help="descriptor file with the jobs' declared state types")
     parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH,
                         help=f"directory levels below a root to search (default {DEFAULT_MAX_DEPTH})")
+    parser.add_argument("--attach", action="store_true",
+                        help="also register each savepoint as a database in Spark's catalog (like statecat attach)")
+    add_home_argument(parser)
     parser.add_argument("--once", action="store_true",
                         help="one pass: snapshot what is there now (no waiting for _metadata to settle) and exit")
     parser.add_argument("--max-polls", type=int, help=argparse.SUPPRESS)  # for tests: stop after N polls
@@ -220,7 +253,8 @@ def run(args) -> int:
 
         descriptors = load_descriptors(args.descriptors)  # a bad file fails now, not per savepoint
     watcher = Watcher(args.roots, output=args.output, descriptors=descriptors, max_depth=args.max_depth,
-                      stable_polls=1 if args.once else 2)
+                      stable_polls=1 if args.once else 2,
+                      on_ready=catalog_registrar(args.home) if args.attach else None)
     if args.once:
         events = watcher.poll()
         failed = [e for e in events if e.kind == "skipped"]

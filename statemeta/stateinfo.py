@@ -42,6 +42,7 @@ from statecat.statemeta.model import (
     OperatorMeta,
     StateInfo,
     StateMeta,
+    catalog_table_names,
     table_name,
 )
 from statecat.statemeta.snapshots import PRIMITIVE_ARRAY_SNAPSHOTS, SIMPLE_SNAPSHOTS
@@ -163,7 +164,8 @@ def to_state_info(meta: StateMeta, *, descriptors: dict | None = None,
         "descriptors": descriptors,
         "operators": [],
     }
-    state_tables, operator_tables = _catalog_tables(meta)
+    names = catalog_table_names(meta)
+    state_tables, operator_tables = names.states, names.operators
     listed = set()
     for op in meta.operators:
         listed.add(op.id)
@@ -176,22 +178,6 @@ def to_state_info(meta: StateMeta, *, descriptors: dict | None = None,
         if raw.id not in listed:
             doc["operators"].append(_operator_json(meta.storage, None, raw))
     return doc
-
-
-def _catalog_tables(meta: StateMeta) -> tuple[dict, dict]:
-    """The catalog's table names (collision-free) per state and per operator.
-
-    Asked of the catalog itself so the document names exactly the tables `statecat attach`
-    creates; without the catalog package, ``model.table_name`` (its naming before de-duplication).
-    """
-    try:
-        from statecat.catalog.tables import savepoint_tables
-    except ImportError:
-        return {}, {}
-    tables = savepoint_tables(meta)
-    states = {(t.ref.operator, t.ref.state): t.name for t in tables if t.ref.kind == "state"}
-    operators = {t.ref.operator: t.name for t in tables if t.ref.kind == "operator"}
-    return states, operators
 
 
 def _operator_json(storage: Storage, op: OperatorMeta | None, raw: OperatorState) -> dict:

@@ -1,0 +1,280 @@
+"""The ``flinkstate`` Spark data source: Flink savepoint state as Arrow batches, spread over executors.
+
+Registered in every session by the top-level module ``pyspark_statecat`` (Spark imports each
+installed ``pyspark_*`` module and registers its ``DefaultSource``). Used by the catalog tables
+``statecat attach`` creates, and directly:
+
+    spark.read.format("flinkstate").option("path", SAVEPOINT).option("state", "accState").load()
+
+Partitions are key-group ranges of the subtasks' state handles. ``key = x`` and ``key IN (...)``
+are pushed down (with ``spark.sql.python.filterPushdown.enabled=true``): only the key-groups that
+can hold those keys are read. Spark still evaluates every filter itself; pushdown only prunes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, In, InputPartition
+from statecat.catalog.tables import (
+    SOURCE_NAME,
+    TableRef,
+    ref_from_options,
+    ref_from_schema,
+    spark_schema,
+    state_meta_rows,
+)
+from statecat.statemeta.errors import StatecatError
+
+# Bytes of state data per Spark partition: a subtask's key-group range is split at key-group
+# boundaries once it holds more, so a large state spreads over executors even when the job ran with
+# few subtasks; small states stay one partition per subtask (a task costs more than reading them).
+PARTITION_BYTES = 32 << 20
+_META_CACHE_SIZE = 8
+_meta_cache: dict[str, object] = {}
+
+
+class StatecatQueryError(StatecatError):
+    """A state could not be read while Spark ran a query; names savepoint, operator and state."""
+
+
+def _state_meta(path: str):
+    """StateMeta of a savepoint, cached per Python worker (workers are reused across tasks)."""
+    from statecat.statemeta.model import load_state_meta
+
+    meta = _meta_cache.get(path)
+    if meta is None:
+        meta = load_state_meta(path)
+        if len(_meta_cache) >= _META_CACHE_SIZE:
+            _meta_cache.pop(next(iter(_meta_cache)))
+        _meta_cache[path] = meta
+    return meta
+
+
+def _query_error(ref: TableRef, exc: Exception) -> StatecatQueryError:
+    return StatecatQueryError(f"cannot read {ref.describe()}: {exc}")
+
+
+def key_group_bytes(location) -> dict[int, int]:
+    """Bytes of each key-group of a keyed location that holds data, from the handle's offsets."""
+    starts = sorted(o for o in location.offsets if o > 0)
+    ends = dict(zip(starts, starts[1:] + [location.stream.size]))
+    return {location.start_key_group + i: ends[o] - o for i, o in enumerate(location.offsets) if o > 0}
+
+
+def split_key_groups(location, key_groups: tuple[int, ...] | None, target_bytes: int) -> list[tuple[int, ...]]:
+    """The location's key-groups (or the given subset) in consecutive runs of about ``target_bytes``."""
+    sizes = key_group_bytes(location)
+    groups = key_groups if key_groups is not None else tuple(
+        range(location.start_key_group, location.start_key_group + len(location.offsets)))
+    chunks: list[tuple[int, ...]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for group in groups:
+        size = sizes.get(group, 0)
+        if current and current_bytes + size > target_bytes:
+            chunks.append(tuple(current))
+            current, current_bytes = [], 0
+        current.append(group)
+        current_bytes += size
+    if current:
+        chunks.append(tuple(current))
+    return chunks
+
+
+class StatePartition(InputPartition):
+    """One task: a reader Partition (subtask, optional key-group subset) of one state."""
+
+    def __init__(self, partition, state_kind: str, keys: tuple | None = None):
+        self.partition = partition  # statecat.readers.Partition (picklable)
+        self.state_kind = state_kind
+        self.keys = keys  # only rows of these keys (their key-groups are the partition's); None: all
+
+
+class FlinkStateDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def _ref(self, schema=None) -> TableRef:
+        ref = ref_from_schema(schema) or ref_from_options(self.options)
+        if ref is None:
+            raise StatecatError(
+                "the flinkstate source needs a savepoint",
+                hint="Use spark.read.format('flinkstate').option('path', SAVEPOINT).option('state', NAME), "
+                     "or query a table that `statecat attach` registered")
+        return ref
+
+    def schema(self):
+        ref = self._ref()
+        try:
+            return spark_schema(ref, _state_meta(ref.savepoint) if ref.kind == "state" else None)
+        except StatecatError as exc:
+            raise _query_error(ref, exc) from None
+
+    def reader(self, schema) -> DataSourceReader:
+        return FlinkStateReader(self._ref(schema), schema)
+
+
+class FlinkStateReader(DataSourceReader):
+    def __init__(self, ref: TableRef, schema):
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.ref = ref
+        self.schema = schema
+        # What Spark checks the batches against (same field names, nullability, timestamp zones).
+        self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
+        self.keys: set | None = None  # pushed key = / IN values; None: no key filter
+        self.state_names: set | None = None  # pushed state_name filter of operator tables
+
+    # -- planning (driver)
+
+    def pushFilters(self, filters):
+        for f in filters:
+            literals = (f.value,) if isinstance(f, EqualTo) else tuple(f.value) if isinstance(f, In) else None
+            # Only scalar literals: arrays or structs compared to a key are left to Spark.
+            if literals is not None and len(f.attribute) == 1 and self._scalars(literals):
+                values = {v for v in literals if v is not None}  # key = NULL matches no row
+                column = f.attribute[0].lower()
+                if column == "key" and self.ref.kind == "state":
+                    self.keys = values if self.keys is None else self.keys & values
+                elif column == "state_name" and self.ref.kind == "operator":
+                    self.state_names = values if self.state_names is None else self.state_names & values
+            # Spark evaluates the filter too: pushdown prunes key-groups, the exact match stays Spark's.
+            yield f
+
+    @staticmethod
+    def _scalars(values: tuple) -> bool:
+        return all(v is None or isinstance(v, (str, int, float, bool)) for v in values)
+
+    def partitions(self):
+        ref = self.ref
+        if ref.kind == "state_meta":
+            return [InputPartition(None)]
+        try:
+            meta = _state_meta(ref.savepoint)
+            if ref.kind == "state":
+                return self._state_partitions(meta, ref.state, ref.operator) or [InputPartition(None)]
+            op = meta.operator(ref.operator)
+            parts = []
+            for state in op.states:
+                if self.state_names is None or state.name in self.state_names:
+                    parts.extend(self._state_partitions(meta, state.name, op.id))
+            return parts or [InputPartition(None)]
+        except StatecatError as exc:
+            raise _query_error(ref, exc) from None
+
+    def _state_partitions(self, meta, state_name: str, operator: str | None) -> list[StatePartition]:
+        from statecat.readers import Partition, SavepointReader
+        from statecat.readers.keygroups import key_group_for
+
+        reader = SavepointReader(meta)
+        op, state = meta.find_state(state_name, operator)
+        key_groups = keys = None
+        if self.keys is not None and state.is_keyed:
+            try:
+                key_groups = {key_group_for(k, state.key, op.max_parallelism) for k in self.keys}
+                keys = tuple(sorted(self.keys, key=repr))
+            except (StatecatError, TypeError, ValueError, KeyError):
+                key_groups = None  # keys of a type statecat cannot hash: read everything, Spark filters
+        out = []
+        for part in reader.partitions(state.name, op.id, key_groups=key_groups):
+            if not state.is_keyed:
+                out.append(StatePartition(part, state.kind))
+                continue
+            location = next(loc for loc in state.locations if loc.subtask == part.subtask)
+            chunks = split_key_groups(location, part.key_groups, PARTITION_BYTES)
+            if len(chunks) == 1 and part.key_groups is None:
+                out.append(StatePartition(part, state.kind, keys))
+                continue
+            out.extend(StatePartition(Partition(part.savepoint, part.operator_id, part.state, part.subtask, chunk),
+                                      state.kind, keys) for chunk in chunks)
+        return out
+
+    # -- reading (executors)
+
+    def read(self, partition) -> Iterator[pa.RecordBatch]:
+        ref = self.ref
+        if ref.kind == "state_meta":
+            yield from self._read_state_meta()
+            return
+        if not isinstance(partition, StatePartition):
+            return  # nothing to read (no key-group can hold the pushed keys, or no states)
+        part = partition.partition
+        try:
+            from statecat.readers import SavepointReader
+
+            meta = _state_meta(ref.savepoint)
+            reader = SavepointReader(meta, unpickle=ref.unpickle)
+            keys = list(partition.keys) if partition.keys is not None else None
+            batches = reader.read_partition(part, keys=keys)
+            if ref.kind == "state":
+                for batch in batches:
+                    if batch.num_rows:
+                        yield self._conform(batch)
+            else:
+                yield from self._as_json(batches, part.state, partition.state_kind, part.subtask)
+        except StatecatError as exc:
+            label = ref.operator_label if part.operator_id == ref.operator else None
+            if label is None:
+                try:
+                    label = _state_meta(ref.savepoint).operator(part.operator_id).label
+                except StatecatError:
+                    label = part.operator_id
+            raise _query_error(TableRef(ref.kind, ref.savepoint, part.operator_id, part.state,
+                                        operator_label=label), exc) from None
+
+    def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if batch.schema.equals(self.arrow_schema):
+            return batch
+        try:
+            return batch.cast(self.arrow_schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
+            raise StatecatError(
+                f"the state's decoded columns {batch.schema.to_string(show_schema_metadata=False)!s} no longer fit "
+                f"the table's columns: {exc}",
+                hint="The table was registered from a different savepoint layout; attach the savepoint again") from None
+
+    def _as_json(self, batches, state_name: str, kind: str, subtask: int) -> Iterator[pa.RecordBatch]:
+        from statecat.catalog.cmd_read import to_json_value
+
+        def text(value):  # struct fields stay in Flink's order
+            return None if value is None else json.dumps(to_json_value(value), ensure_ascii=False)
+
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            rows = batch.to_pylist()
+            keyed = "key" in batch.schema.names
+            columns = {
+                "state_name": [state_name] * len(rows),
+                "kind": [kind] * len(rows),
+                "subtask": [subtask if keyed else row["subtask"] for row in rows],
+                "key": [text(row["key"]) if keyed else None for row in rows],
+                "namespace": [text(row["namespace"]) if keyed else None for row in rows],
+                "value": [text(row["value"]) for row in rows],
+            }
+            yield pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in self.arrow_schema],
+                                             schema=self.arrow_schema)
+
+    def _read_state_meta(self) -> Iterator[pa.RecordBatch]:
+        try:
+            rows = state_meta_rows(_state_meta(self.ref.savepoint))
+        except StatecatError as exc:
+            raise _query_error(self.ref, exc) from None
+        if rows:
+            columns = list(zip(*rows))
+            arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, self.arrow_schema)]
+            yield pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+
+
+__all__ = [
+    "PARTITION_BYTES",
+    "FlinkStateDataSource",
+    "FlinkStateReader",
+    "StatePartition",
+    "StatecatQueryError",
+    "split_key_groups",
+]

@@ -1,0 +1,131 @@
+"""sql_examples/: every file parses with sqlglot (Spark dialect) and answers its question on the fixtures.
+
+Expected results come from the fixtures' ground truth (expected.json, written from the job input)
+and, for the metadata questions, from statecat.statemeta. ``expected_rows`` is shared with
+tests/test_catalog_cli.py, which runs the same files through the real ``spark-sql``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+import sqlglot
+
+from tests.fixtures.expected import load_expected, savepoint_dir
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[1] / "sql_examples"
+EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.glob("*.sql"))
+TIMERS_BEFORE_MS = 1704067620000
+
+
+def example_sql(name: str) -> str:
+    return (EXAMPLES_DIR / name).read_text(encoding="utf-8")
+
+
+def _state(case: str, name: str) -> dict:
+    return next(s for op in load_expected(case)["operators"] for s in op["states"] if s["name"] == name)
+
+
+def _utc(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).replace(tzinfo=None)
+
+
+def expected_rows(name: str) -> list[tuple]:
+    """The rows an example must return, in order (session time zone UTC)."""
+    if name.startswith("01_"):
+        from statecat.catalog.tables import state_table_names
+        from statecat.statemeta.model import load_state_meta
+
+        meta = load_state_meta(str(savepoint_dir("sql_groupby_hashmap_2.3")))
+        tables = state_table_names(meta)
+        rows = [(op.name, s.name, s.kind, s.state_type, s.key.describe() if s.key else None,
+                 s.namespace.describe() if s.namespace else None, s.value.describe(), s.decode_status,
+                 tables[(op.id, s.name)]) for op, s in meta.states()]
+        return sorted(rows, key=lambda r: (r[0], r[1]))
+    if name.startswith("02_"):
+        from statecat.readers import SavepointReader
+
+        reader = SavepointReader(str(savepoint_dir("sql_groupby_hashmap_2.3")))
+        op, state = reader.find("SourceReaderState")
+        splits = reader.table("SourceReaderState", op.id).to_pylist()
+        if not splits:  # a finished bounded source holds no split: the LEFT JOIN keeps the state's row
+            return [(op.name, state.name, state.stream_bytes, None, None, None)]
+        return sorted(((op.name, state.name, state.stream_bytes, s["subtask"], len(s["value"]),
+                        s["value"].hex().upper()) for s in splits), key=lambda r: r[3])
+    if name.startswith("03_"):
+        row = next(r for r in _state("sql_groupby_hashmap_2.3", "accState")["rows"] if r["key"] == "key_662")
+        return [("key_662", row["value"]["f0"], row["value"]["f1"])]
+    if name.startswith("04_"):
+        rows = [r for r in _state("sql_window_2.3", "window-aggs")["rows"] if r["key"] == "w_8"]
+        return [(r["key"], r["namespace"], _utc(r["namespace"]), r["value"]["f0"], r["value"]["f1"])
+                for r in sorted(rows, key=lambda r: r["namespace"])]
+    if name.startswith("05_"):
+        left = next(r for r in _state("sql_join_2.3", "left-records")["rows"] if r["key"] == "j_0")
+        right = next(r for r in _state("sql_join_2.3", "right-records")["rows"] if r["key"] == "j_0")
+        rows = [("left", "j_0", rec["f1"], str(rec["f2"]), count) for rec, count in left["value"]]
+        rows += [("right", "j_0", rec["f1"], rec["f2"], 1) for _, rec in right["value"]]
+        return sorted(rows, key=lambda r: (r[0], r[2]))
+    if name.startswith("06_"):
+        entries: dict[str, int] = {}
+        states: dict[str, int] = {}
+        for state in ("left-records", "right-records"):
+            for r in _state("sql_join_2.3", state)["rows"]:
+                entries[r["key"]] = entries.get(r["key"], 0) + len(r["value"])
+                states[r["key"]] = states.get(r["key"], 0) + 1
+        return [(k, states[k], n) for k, n in entries.items()]  # compared by check_largest_keys
+    if name.startswith("07_"):
+        rows = [r for r in _state("sql_window_2.3", "_timer_state/event_window-timers")["rows"]
+                if r["value"] < TIMERS_BEFORE_MS]
+        return [(r["key"], r["namespace"], r["value"], _utc(r["value"]))
+                for r in sorted(rows, key=lambda r: (r["value"], r["key"]))]
+    raise AssertionError(f"no expected result for example {name}")
+
+
+def check_largest_keys(got: list[tuple], all_keys: list[tuple]) -> None:
+    """The ten keys with most entries (ties ordered by JSON size, which only statecat renders)."""
+    by_key = {k: (s, n) for k, s, n in all_keys}
+    top = sorted((n for _, _, n in all_keys), reverse=True)[:10]
+    assert [row[2] for row in got] == top
+    for key, states, entries, json_bytes in got:
+        assert by_key[key] == (states, entries) and json_bytes > 0
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_parses_with_sqlglot_spark_dialect(name):
+    statements = sqlglot.parse(example_sql(name), read="spark")
+    assert len([s for s in statements if s is not None]) == 1
+    assert not any(isinstance(s, sqlglot.exp.Command) for s in statements)
+
+
+def test_every_scenario_has_an_example():
+    assert len(EXAMPLES) == 7
+    for name in EXAMPLES:
+        first = example_sql(name).splitlines()[0]
+        assert first.startswith("-- ") and first.endswith("?"), f"{name} starts with the question it answers"
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    from tests.test_catalog import attached_spark
+
+    return attached_spark(tmp_path_factory)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_example_answers_its_question(spark, name):
+    from statecat.catalog import sql
+
+    got = [tuple(r) for r in sql(spark, example_sql(name)).collect()]
+    if name.startswith("06_"):
+        check_largest_keys(got, expected_rows(name))
+    else:
+        assert got == expected_rows(name)
+
+
+def test_main_example_is_the_key_662_aggregate():
+    assert expected_rows("03_aggregate_for_key.sql") == [("key_662", 1, 336)]
+    assert json.loads(json.dumps(expected_rows("03_aggregate_for_key.sql")))  # plain values for the CLI test
