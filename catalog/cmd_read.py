@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import json
 import sys
-from decimal import Decimal
 
-import pyarrow as pa
-
+from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
 from statecat.statemeta.errors import LookupFailedError
 from statecat.statemeta.types import TypeDescriptor, key_column_type
@@ -49,27 +46,6 @@ def parse_key(text: str, key: TypeDescriptor):
     return text
 
 
-def to_json_value(value):
-    """Arrow's Python values as JSON: maps with text keys become objects, bytes hex, times ISO text."""
-    if isinstance(value, dict):
-        return {k: to_json_value(v) for k, v in value.items()}
-    if isinstance(value, list):
-        if value and all(isinstance(x, tuple) and len(x) == 2 for x in value):
-            if all(isinstance(k, str) for k, _ in value):
-                return {k: to_json_value(v) for k, v in value}
-            return [[to_json_value(k), to_json_value(v)] for k, v in value]
-        return [to_json_value(v) for v in value]
-    if isinstance(value, tuple):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return {"hex": bytes(value).hex()}
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    return value
-
-
 def run(args) -> int:
     reader = SavepointReader(args.path, unpickle=args.unpickle)
     operator, state = reader.find(args.state, args.operator)
@@ -81,7 +57,7 @@ def run(args) -> int:
     out = sys.stdout
     if args.format == "jsonl":
         for row in rows:
-            out.write(json.dumps({c: to_json_value(row[c]) for c in columns}, ensure_ascii=False) + "\n")
+            out.write(json.dumps({c: json_value(row[c]) for c in columns}, ensure_ascii=False) + "\n")
     elif args.format == "csv":
         writer = csv.writer(out)
         writer.writerow(columns)
@@ -105,7 +81,7 @@ def _limited(batches, limit):
 def _cell(value) -> str:
     if value is None:
         return ""
-    converted = to_json_value(value)
+    converted = json_value(value)
     return converted if isinstance(converted, str) else json.dumps(converted, ensure_ascii=False)
 
 
@@ -122,4 +98,3 @@ def _table(out, columns, rows) -> None:
     out.write(f"{len(rows)} row{'s' if len(rows) != 1 else ''}\n")
 
 
-__all__ = ["parse_key", "to_json_value", "pa"]

@@ -7,12 +7,11 @@ databases the query names that were registered lazily are created first (see ``s
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import json
 import sys
-from decimal import Decimal
 
 from statecat.catalog.cmd_attach import add_home_argument, cli_session
+from statecat.catalog.render import json_value
 
 
 def add_parser(subparsers):
@@ -41,7 +40,7 @@ def run(args) -> int:
         rows = frame.limit(args.limit).collect() if args.limit is not None else frame.collect()
     except PySparkException as exc:
         raise StatecatError(spark_error_message(exc)) from None
-    values = [[plain(row[i]) for i in range(len(columns))] for row in rows]
+    values = [[json_value(row[i]) for i in range(len(columns))] for row in rows]
     write(sys.stdout, args.format, columns, values)
     return 0
 
@@ -54,27 +53,6 @@ def spark_error_message(exc: BaseException) -> str:
         return text[text.rindex(marker) + len(marker):].splitlines()[0].strip()
     lines = [line for line in text.splitlines() if line.strip()]
     return lines[0].strip() if lines else type(exc).__name__
-
-
-def plain(value):
-    """A Spark result value as JSON-ready data: Rows as objects, maps with non-text keys as pairs."""
-    from pyspark.sql import Row
-
-    if isinstance(value, Row):
-        return {k: plain(v) for k, v in value.asDict(recursive=False).items()}
-    if isinstance(value, dict):
-        if all(isinstance(k, str) for k in value):
-            return {k: plain(v) for k, v in value.items()}
-        return [[plain(k), plain(v)] for k, v in value.items()]
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return {"hex": bytes(value).hex()}
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    return value
 
 
 def _cell(value) -> str:

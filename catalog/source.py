@@ -238,10 +238,10 @@ class FlinkStateReader(DataSourceReader):
                 hint="The table was registered from a different savepoint layout; attach the savepoint again") from None
 
     def _as_json(self, batches, state_name: str, kind: str, subtask: int) -> Iterator[pa.RecordBatch]:
-        from statecat.catalog.cmd_read import to_json_value
+        from statecat.catalog.render import json_value
 
         def text(value):  # struct fields stay in Flink's order
-            return None if value is None else json.dumps(to_json_value(value), ensure_ascii=False)
+            return None if value is None else json.dumps(json_value(value), ensure_ascii=False)
 
         for batch in batches:
             if not batch.num_rows:

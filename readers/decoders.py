@@ -50,6 +50,7 @@ POJO_NULL, POJO_EXACT, POJO_SUBCLASS, POJO_TAGGED = 0x01, 0x02, 0x04, 0x08
 INLINE_MARK = 1 << 63
 INLINE_LENGTH_SHIFT = 56
 LIST_ELEMENT_DELIMITER = 0x2C
+ROW_KIND_BITS = 2  # a Row's null mask starts with two bits of its RowKind
 
 
 class DecodeError(Exception):
@@ -443,12 +444,7 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
     pairs = list(zip(names, decoders))
     kind = desc.kind
     if kind == "tuple":
-        def tuple_(buf, pos):
-            out = {}
-            for name, decode in pairs:
-                out[name], pos = decode(buf, pos)
-            return out, pos
-        return tuple_
+        return fields_decoder(pairs)
     if kind == "either":
         left, right = decoders
 
@@ -479,8 +475,21 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
                     out[name], pos = decode(buf, pos + 1)
             return out, pos
         return pojo
-    # Row: a null mask precedes the fields, MSB first; with RowKind the first two bits are the kind.
-    skip_bits = 2 if desc.attr("row_kind", False) else 0
+    return masked_fields_decoder(pairs, ROW_KIND_BITS if desc.attr("row_kind", False) else 0)
+
+
+def fields_decoder(pairs: list[tuple[str, Decoder]]) -> Decoder:
+    """Fields written one after the other, no null support (Tuple)."""
+    def fields(buf, pos):
+        out = {}
+        for name, decode in pairs:
+            out[name], pos = decode(buf, pos)
+        return out, pos
+    return fields
+
+
+def masked_fields_decoder(pairs: list[tuple[str, Decoder]], skip_bits: int) -> Decoder:
+    """Row: a null mask (MSB first, after ``skip_bits`` RowKind bits), then the non-null fields."""
     mask_bytes = (len(pairs) + skip_bits + 7) // 8
     bit_positions = [(((i + skip_bits) // 8), 0x80 >> ((i + skip_bits) % 8)) for i in range(len(pairs))]
 

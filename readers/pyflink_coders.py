@@ -27,10 +27,13 @@ import struct
 from statecat.readers.decoders import (
     EPOCH_ORDINAL,
     LIST_ELEMENT_DELIMITER,
+    ROW_KIND_BITS,
     DecodeError,
     Decoder,
     _need,
     _time_text,
+    fields_decoder,
+    masked_fields_decoder,
     render_pickled,
 )
 from statecat.statemeta.descriptors import CoderType, parse_type
@@ -48,7 +51,6 @@ _I64_I32 = struct.Struct(">qi").unpack_from
 
 LONG_MIN = -(1 << 63)
 INT_MIN = -(1 << 31)
-ROW_KIND_BITS = 2
 LOCAL_DATE_NULL_YEAR = 0xFFFFFFFF
 LOCAL_TIME_NULL_HOUR = 0xFF
 
@@ -202,27 +204,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
         if name == "TUPLE" or not all(names):
             names = struct_field_names(len(t.args))
         fields = list(zip(names, (coder_decoder(ft, unpickle=unpickle) for _, ft in t.args)))
-        if name == "TUPLE":
-            def tuple_(buf, pos):
-                out = {}
-                for field_name, decode in fields:
-                    out[field_name], pos = decode(buf, pos)
-                return out, pos
-            return tuple_
-        mask_bytes = (len(fields) + ROW_KIND_BITS + 7) // 8
-        bits = [((i + ROW_KIND_BITS) // 8, 0x80 >> ((i + ROW_KIND_BITS) % 8)) for i in range(len(fields))]
-
-        def row(buf, pos):
-            mask_at = pos
-            pos += mask_bytes
-            out = {}
-            for (field_name, decode), (byte, bit) in zip(fields, bits):
-                if buf[mask_at + byte] & bit:
-                    out[field_name] = None
-                else:
-                    out[field_name], pos = decode(buf, pos)
-            return out, pos
-        return row
+        return fields_decoder(fields) if name == "TUPLE" else masked_fields_decoder(fields, ROW_KIND_BITS)
     raise UnsupportedError(f"no decoder for PyFlink type {t.text()}")
 
 

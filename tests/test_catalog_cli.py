@@ -118,7 +118,8 @@ def test_statecat_sql_unknown_savepoint_is_a_one_line_error(home, tmp_path):
 
 
 def test_sql_output_formats():
-    from statecat.catalog.cmd_sql import plain, write
+    from statecat.catalog.cmd_sql import write
+    from statecat.catalog.render import json_value as plain
 
     columns = ["key", "value", "raw"]
     rows = [["key_662", plain({"f0": 1, "f1": 336}), plain(b"\x01\xff")], ["k", plain({("a",): 2}), None]]

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from statecat.catalog.cli import main as cli_main
-from statecat.catalog.cmd_read import to_json_value
+from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
 from statecat.statemeta.stateinfo import STATE_INFO_FILE
 
@@ -319,7 +319,7 @@ def test_savepoint_via_rest_is_read_through_its_state_info(cluster, job, tmp_pat
         return k["f0"] if isinstance(k, dict) else k
 
     def table(name):
-        return {key(r["key"]): to_json_value(r["value"]) for r in reader.table(name, "stateful-fn").to_pylist()}
+        return {key(r["key"]): json_value(r["value"]) for r in reader.table(name, "stateful-fn").to_pylist()}
 
     assert table("total_amount") == {k: sum(v for v, _ in vs) for k, vs in by_key.items()}
     assert table("items") == {k: [f"{t}:{v}" for v, t in vs] for k, vs in by_key.items()}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from statecat.catalog.cli import main as cli_main
-from statecat.catalog.cmd_read import to_json_value
+from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
 from statecat.readers.pyflink_coders import build_pyflink_decoder, coder_decoder
 from statecat.statemeta.descriptors import (
@@ -108,7 +108,7 @@ def _key(k):  # PyFlink keys by a one-field Row; readers may give the field itse
 
 
 def _table(reader, name):
-    return {_key(r["key"]): to_json_value(r["value"]) for r in reader.table(name, "stateful-fn").to_pylist()}
+    return {_key(r["key"]): json_value(r["value"]) for r in reader.table(name, "stateful-fn").to_pylist()}
 
 
 def test_without_descriptors_python_states_are_bytes_with_a_reason(process_savepoint):
