@@ -301,7 +301,7 @@ def test_the_process_mode_fixture_has_declared_states():
 def test_pyflink_process_fixture_reads_typed_under_declared_names(case, tmp_path):
     """Snapshotted with a descriptor file (built from expected.json's declared_name/declared_type),
     every python-state-* reads back typed, under its declared name, equal to expected.json."""
-    from statecat.catalog.cmd_read import to_json_value
+    from statecat.catalog.render import json_value
 
     expected = load_expected(case)
     sp = _copy(case, tmp_path)
@@ -319,7 +319,7 @@ def test_pyflink_process_fixture_reads_typed_under_declared_names(case, tmp_path
         columns = [c for c in ("key", "namespace", "value", "subtask") if any(c in r for r in st["rows"])]
         want = sorted(json.dumps({c: r.get(c) for c in columns}, sort_keys=True) for r in st["rows"])
         like = st["rows"][0]
-        got = [json.dumps({c: _comparable(to_json_value(row[c]), like.get(c)) for c in columns}, sort_keys=True)
+        got = [json.dumps({c: _comparable(json_value(row[c]), like.get(c)) for c in columns}, sort_keys=True)
                for row in reader.table(state.name, op.id).to_pylist()]
         if state.kind == "broadcast" and "subtask" not in columns:
             got = sorted(set(got))  # every subtask holds the same broadcast state
