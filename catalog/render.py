@@ -25,7 +25,7 @@ def json_value(value):
     if isinstance(value, (bytes, bytearray)):
         return {"hex": bytes(value).hex()}
     if isinstance(value, Decimal):
-        return str(value)
+        return format(value, "f")  # plain digits: 0.0000000000, never 0E-10
     if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
     return value

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from statecat.statemeta.types import STRUCT_KINDS, TypeDescriptor, key_column_type
+from statecat.statemeta.types import STRUCT_KINDS, WINDOW_FIELDS, TypeDescriptor, key_column_type
 from statecat.statemeta.model import StateInfo
 
 # Spark keeps microseconds; nanoseconds below that are truncated (documented in the README).
@@ -41,6 +41,8 @@ def arrow_type(desc: TypeDescriptor) -> pa.DataType:
         return pa.map_(arrow_type(desc.child("key")), arrow_type(desc.child("value")))
     if kind == "MULTISET":
         return pa.map_(arrow_type(desc.child("element")), pa.int32())
+    if kind in WINDOW_FIELDS:
+        return pa.struct([pa.field(name, pa.int64()) for name in WINDOW_FIELDS[kind]])
     if kind in STRUCT_KINDS:
         if not desc.fields:
             return pa.string()

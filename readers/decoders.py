@@ -12,7 +12,7 @@ import datetime as dt
 import json
 import struct
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
 from statecat.statemeta.errors import UnsupportedError
@@ -50,6 +50,7 @@ POJO_NULL, POJO_EXACT, POJO_SUBCLASS, POJO_TAGGED = 0x01, 0x02, 0x04, 0x08
 INLINE_MARK = 1 << 63
 INLINE_LENGTH_SHIFT = 56
 LIST_ELEMENT_DELIMITER = 0x2C
+EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 ROW_KIND_BITS = 2  # a Row's null mask starts with two bits of its RowKind
 
 
@@ -155,7 +156,7 @@ def _bigdec(buf, pos):
     if unscaled is None:
         return None, pos
     scale = _BE_I32(buf, pos)[0]
-    return str(Decimal(unscaled).scaleb(-scale)), pos + 4
+    return format(scaled_decimal(unscaled, scale), "f"), pos + 4
 
 
 def _epoch_millis_to_micros(buf, pos):
@@ -236,6 +237,15 @@ def _time_window(buf, pos):
     return {"start": start, "end": end}, pos + 16
 
 
+def _count_window(buf, pos):
+    return {"id": _BE_I64(buf, pos)[0]}, pos + 8
+
+
+def scaled_decimal(unscaled: int, scale: int) -> Decimal:
+    """unscaled × 10^-scale, exactly (Decimal arithmetic would round to 28 digits)."""
+    return Decimal(unscaled).scaleb(-scale, EXACT)
+
+
 def _timestamp_data(precision: int) -> Decoder:
     if precision <= 3:
         return _epoch_millis_to_micros
@@ -249,14 +259,14 @@ def _timestamp_data(precision: int) -> Decoder:
 def _decimal_data(precision: int, scale: int) -> Decoder:
     if precision <= 18:
         def compact(buf, pos):
-            return Decimal(_BE_I64(buf, pos)[0]).scaleb(-scale), pos + 8
+            return scaled_decimal(_BE_I64(buf, pos)[0], scale), pos + 8
         return compact
 
     def wide(buf, pos):
         n = _BE_I32(buf, pos)[0]
         pos += 4
         _need(buf, pos + n)
-        return Decimal(int.from_bytes(buf[pos:pos + n], "big", signed=True)).scaleb(-scale), pos + n
+        return scaled_decimal(int.from_bytes(buf[pos:pos + n], "big", signed=True), scale), pos + n
     return wide
 
 
@@ -286,6 +296,7 @@ _SIMPLE: dict[str, Decoder] = {
     "local_datetime": _local_datetime,
     "string_data": _string_data,
     "time_window": _time_window,
+    "count_window": _count_window,
 }
 
 
@@ -574,12 +585,12 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int], Any]:
     if kind == "DECIMAL":
         precision, scale = desc.attr("precision"), desc.attr("scale")
         if precision <= 18:
-            return lambda buf, base, at: Decimal(_LE_I64(buf, at)[0]).scaleb(-scale)
+            return lambda buf, base, at: scaled_decimal(_LE_I64(buf, at)[0], scale)
 
         def decimal(buf, base, at):
             raw = _LE_U64(buf, at)[0]
             start, n = base + (raw >> 32), raw & 0xFFFFFFFF
-            return Decimal(int.from_bytes(buf[start:start + n], "big", signed=True)).scaleb(-scale)
+            return scaled_decimal(int.from_bytes(buf[start:start + n], "big", signed=True), scale)
         return decimal
     if kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE"):
         if desc.attr("precision", 6) <= 3:

@@ -61,6 +61,8 @@ SIMPLE_SNAPSHOTS: dict[str, str] = {
     "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot": "time_window",
     "org.apache.flink.table.runtime.operators.window.TimeWindow$Serializer$TimeWindowSerializerSnapshot": "time_window",
     "org.apache.flink.streaming.api.windowing.windows.GlobalWindow$Serializer$GlobalWindowSerializerSnapshot": "global_window",
+    "org.apache.flink.table.runtime.operators.window.GlobalWindow$Serializer$GlobalWindowSerializerSnapshot": "global_window",
+    "org.apache.flink.table.runtime.operators.window.CountWindow$Serializer$CountWindowSerializerSnapshot": "count_window",
     TABLE + "StringDataSerializer$StringDataSerializerSnapshot": "string_data",
     "org.apache.flink.table.dataview.NullSerializer$NullSerializerSnapshot": "void",
 }
@@ -272,16 +274,18 @@ def _rowdata(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
 
 
 def _array_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    # Java-serialized: the element LogicalType, then the element serializer (which repeats it).
     element = logical_type(reader.java_object(), reader.data)
-    reader.versioned()
+    reader.java_object()
     return TypeDescriptor.of("array_data", [("element", element)])
 
 
 def _map_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    # Java-serialized: key and value LogicalTypes, then their serializers.
     key = logical_type(reader.java_object(), reader.data)
     value = logical_type(reader.java_object(), reader.data)
-    reader.versioned()
-    reader.versioned()
+    reader.java_object()
+    reader.java_object()
     return TypeDescriptor.of("map_data", [("key", key), ("value", value)])
 
 
@@ -330,7 +334,7 @@ COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor
     TABLE + "RowDataSerializer$RowDataSerializerSnapshot": _rowdata,
     TABLE + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot": _binary_rowdata,
     TABLE + "ArrayDataSerializer$ArrayDataSerializerSnapshot": _array_data,
-    TABLE + "MapDataSerializer$BaseMapSerializerSnapshot": _map_data,
+    TABLE + "MapDataSerializer$MapDataSerializerSnapshot": _map_data,
     TABLE + "LinkedListSerializer$LinkedListSerializerSnapshot": _list,
 }
 

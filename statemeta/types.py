@@ -66,7 +66,9 @@ LOGICAL_SQL_TYPES = {
     "NULL": "STRING",
 }
 
-STRUCT_KINDS = ("tuple", "row", "pojo", "rowdata", "ROW", "either", "time_window", "broadcast_entry")
+STRUCT_KINDS = ("tuple", "row", "pojo", "rowdata", "ROW", "either", "broadcast_entry")
+# Window namespaces are structs of fixed fields: a TimeWindow's bounds (epoch ms), a CountWindow's id.
+WINDOW_FIELDS = {"time_window": ("start", "end"), "count_window": ("id",)}
 
 
 @dataclass(frozen=True)
@@ -137,6 +139,8 @@ class TypeDescriptor:
             return f"MAP<{self.child('element').sql_type()}, INT>"
         if kind == "timer":
             return "BIGINT"
+        if kind in WINDOW_FIELDS:
+            return "STRUCT<" + ", ".join(f"{name}: BIGINT" for name in WINDOW_FIELDS[kind]) + ">"
         if kind in STRUCT_KINDS:
             if not self.fields:
                 return "STRING"
@@ -206,7 +210,7 @@ class TypeDescriptor:
 
 _FIXED_LENGTHS = {
     "boolean": 1, "byte": 1, "short": 2, "int": 4, "long": 8, "float": 4, "double": 8, "char": 2,
-    "void": 1, "void_namespace": 1, "global_window": 1, "time_window": 16,
+    "void": 1, "void_namespace": 1, "global_window": 1, "time_window": 16, "count_window": 8,
     "sql_date": 8, "sql_time": 8, "sql_timestamp": 12, "date": 8, "instant": 12,
     "local_date": 6, "local_time": 7, "local_datetime": 13,
 }
