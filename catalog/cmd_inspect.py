@@ -54,6 +54,8 @@ def _stream_bytes(op) -> int:
             stream = getattr(handle, "stream", None)
             if isinstance(stream, (InlineStream, FileStream)):
                 total += stream.size
+            elif isinstance(handle, UnsupportedKeyedHandle):
+                total += handle.size
     return total
 
 

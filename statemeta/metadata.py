@@ -403,10 +403,9 @@ class _MetadataParser:
         data.read_i64()  # checkpoint id
         data.read_utf()  # backend identifier
         start, count = data.read_i32(), data.read_i32()
-        size = data.read_i64()
-        if tag == TAG_INCREMENTAL_V2:
-            data.read_i64()  # checkpointed size
-        self._stream_handle()  # meta state handle: the keyed proxy header only
+        size = data.read_i64() if tag == TAG_INCREMENTAL_V2 else 0  # checkpointed size (v2 only)
+        meta_handle = self._stream_handle()  # the keyed proxy header only
+        size += meta_handle.size if meta_handle is not None else 0
         for _ in range(2):  # shared files, then private files
             for _ in range(self._count("number of RocksDB files", MAX_ENTRIES)):
                 data.read_utf()

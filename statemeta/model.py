@@ -31,6 +31,10 @@ COORDINATOR_REASON = "connector-specific bytes of the operator coordinator (e.g.
 KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM = 128
 TIMER_STATE_PREFIX = "_timer_state/"
 PYFLINK_PROCESS_STATE_PREFIX = "python-state-"
+# Tag-12 key-group handles: a retained checkpoint's key-groups, laid out per state with counts
+# (heap backend) instead of the savepoint's framed entries.
+HEAP_CHECKPOINT_REASON = ("heap-backend checkpoint key-groups (a retained checkpoint, not a savepoint) are not "
+                          "supported yet; take a savepoint in CANONICAL format to read this state")
 PYFLINK_UNDECLARED_REASON = ("PyFlink process-mode state: Flink stores PyFlink coder bytes without a schema; give "
                              "the job's state descriptors with `statecat snapshot --descriptors FILE` (see STATEINFO.md)")
 
@@ -211,7 +215,12 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
         if subtask.raw_keyed is not None and not isinstance(subtask.raw_keyed, UnsupportedKeyedHandle):
             unsupported.append(f"subtask {subtask.index}: raw keyed state is user-defined bytes without a schema")
         if isinstance(subtask.managed_keyed, KeyGroupsHandle):
-            _collect_keyed(storage, subtask.index, subtask.managed_keyed, keyed)
+            handle = subtask.managed_keyed
+            if handle.kind == "checkpoint":
+                first, last = handle.key_group_range
+                unsupported.append(f"subtask {subtask.index}, key-groups {first}..{last}: {HEAP_CHECKPOINT_REASON}")
+            else:
+                _collect_keyed(storage, subtask.index, handle, keyed)
         if subtask.managed_operator is not None:
             _collect_operator(storage, subtask.index, subtask.managed_operator, operator)
         if subtask.raw_operator is not None:
@@ -228,10 +237,6 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
 
 
 def _collect_keyed(storage: Storage, subtask: int, handle: KeyGroupsHandle, into: dict) -> None:
-    if handle.kind == "checkpoint":
-        # Heap checkpoints use their own layout (see the format doc, 3.8); RocksDB 1.15 checkpoints
-        # used the savepoint layout. Both are read only from savepoints for now.
-        pass
     header: StreamHeader = read_keyed_header(storage, handle.stream, list(handle.offsets))
     for state_id, info in enumerate(header.states):
         location = KeyedLocation(subtask, handle.stream, handle.start_key_group, handle.offsets, state_id,

@@ -62,7 +62,7 @@ def check_inspect(case_dir: Path, expected: dict) -> None:
     meta = load_state_meta(case_dir / "savepoint")
     report = describe(meta)
     assert report["metadata_version"] == expected["metadata_version"]
-    assert report["savepoint_format"] == "CANONICAL"
+    assert report["savepoint_format"] == expected.get("savepoint_format", "CANONICAL")
     by_id = {op["id"]: op for op in report["operators"]}
     named = set()
     for expected_op in expected["operators"]:
@@ -72,6 +72,9 @@ def check_inspect(case_dir: Path, expected: dict) -> None:
         assert listed["parallelism"] == expected_op["parallelism"]
         assert listed["max_parallelism"] == expected_op["max_parallelism"]
         assert {s["name"] for s in listed["states"]} == {s["name"] for s in expected_op["states"]}, op.label
+        if "unsupported_contains" in expected_op:
+            assert listed["unsupported"], f"{op.label} holds state statecat must report as unsupported"
+            assert all(expected_op["unsupported_contains"] in reason for reason in listed["unsupported"])
         kinds = {s["name"]: (s["kind"], s["state_type"]) for s in listed["states"]}
         for state in expected_op["states"]:
             assert kinds[state["name"]] == (state["kind"], state["state_type"]), state["name"]

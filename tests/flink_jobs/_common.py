@@ -29,6 +29,8 @@ def arg_parser(description):
                    help="seconds to wait for the input to be processed")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Flink configuration (repeatable)")
+    p.add_argument("--snapshot", choices=["canonical", "native", "checkpoint"], default="canonical",
+                   help="stop with a canonical or native savepoint, or take a retained checkpoint and cancel")
     return p
 
 
@@ -84,6 +86,10 @@ def make_config(args, rest_port):
             "state.checkpoints.dir": ckpt,
             "state.savepoints.dir": spt,
         })
+    if getattr(args, "snapshot", "canonical") == "checkpoint":
+        # Only the checkpoint triggered through REST is taken, and it outlives the cancelled job.
+        conf["execution.checkpointing.interval"] = "1h"
+        conf["execution.checkpointing.externalized-checkpoint-retention"] = "RETAIN_ON_CANCELLATION"
     for kv in args.conf:
         k, _, v = kv.partition("=")
         conf[k] = v
@@ -108,6 +114,12 @@ class Rest:
             if isinstance(e.reason, OSError):
                 raise e.reason from e
             raise
+
+    def post(self, path, body):
+        request = urllib.request.Request(self.base + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return json.loads(r.read())
 
     def job(self):
         return self.get(f"/jobs/{self.job_id}")
@@ -174,23 +186,44 @@ def wait_for_records(rest, targets, timeout):
     wait_until(cond, timeout, "all input to reach the stateful operators")
 
 
-def stop_with_canonical_savepoint(job_client, target_dir, timeout=300):
+def stop_with_savepoint(job_client, target_dir, fmt_name="CANONICAL", timeout=300):
     """PyFlink's JobClient.stop_with_savepoint has no format argument; call the Java 3-arg
-    overload to pin CANONICAL. advanceToEndOfEventTime=False: a MAX_WATERMARK would fire (and
+    overload to pin the format. advanceToEndOfEventTime=False: a MAX_WATERMARK would fire (and
     clear) every window and event timer before the snapshot."""
     from pyflink.java_gateway import get_gateway
     jvm = get_gateway().jvm
-    fmt = jvm.org.apache.flink.core.execution.SavepointFormatType.CANONICAL
+    fmt = getattr(jvm.org.apache.flink.core.execution.SavepointFormatType, fmt_name)
     fut = job_client._j_job_client.stopWithSavepoint(False, target_dir, fmt)
     return fut.get(int(timeout), jvm.java.util.concurrent.TimeUnit.SECONDS)
+
+
+def retained_checkpoint(rest, job_client, work, timeout=300):
+    """Triggers a checkpoint through REST, waits for it, cancels the job; returns chk-N's path."""
+    trigger = rest.post(f"/jobs/{rest.job_id}/checkpoints", {})["request-id"]
+    status = {}
+
+    def completed():
+        status.update(rest.get(f"/jobs/{rest.job_id}/checkpoints/{trigger}"))
+        if status.get("status", {}).get("id") != "COMPLETED":
+            return False
+        if "failure-cause" in status.get("operation", {}):
+            raise RuntimeError(f"checkpoint failed: {status['operation']['failure-cause']}")
+        return True
+    wait_until(completed, timeout, "the triggered checkpoint to complete")
+    checkpoint_id = status["operation"]["checkpointId"]
+    job_client.cancel().result()
+    return os.path.join(os.path.abspath(work), "checkpoints", str(job_client.get_job_id()), f"chk-{checkpoint_id}")
 
 
 def finish(args, rest, job_client, targets):
     """Waits for `targets` (see wait_for_records), stops the job with a canonical savepoint and
     writes {"savepoint": local path, "job_id": ...} to args.result."""
     wait_for_records(rest, targets, args.timeout)
-    path = stop_with_canonical_savepoint(
-        job_client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"))
+    if args.snapshot == "checkpoint":
+        path = retained_checkpoint(rest, job_client, args.work)
+    else:
+        path = stop_with_savepoint(job_client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"),
+                                   args.snapshot.upper())
     if path.startswith("file:"):
         path = path[len("file:"):]
     with open(args.result, "w") as f:
