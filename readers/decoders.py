@@ -24,6 +24,7 @@ _BE_I8 = struct.Struct(">b").unpack_from
 _BE_I16 = struct.Struct(">h").unpack_from
 _BE_U16 = struct.Struct(">H").unpack_from
 _BE_I32 = struct.Struct(">i").unpack_from
+_BE_U32 = struct.Struct(">I").unpack_from
 _BE_I64 = struct.Struct(">q").unpack_from
 _BE_F32 = struct.Struct(">f").unpack_from
 _BE_F64 = struct.Struct(">d").unpack_from

@@ -22,14 +22,24 @@ How Java frames them (the descriptor's ``layout``):
 from __future__ import annotations
 
 import datetime as dt
-import struct
 
 from statecat.readers.decoders import (
+    _BE_F32,
+    _BE_F64,
+    _BE_I8,
+    _BE_I16,
+    _BE_I32,
+    _BE_I64,
+    _BE_I64_I32,
+    _BE_U32,
     EPOCH_ORDINAL,
+    INT_MIN,
     LIST_ELEMENT_DELIMITER,
+    LONG_MIN,
     ROW_KIND_BITS,
     DecodeError,
     Decoder,
+    _fixed,
     _need,
     _time_text,
     fields_decoder,
@@ -40,25 +50,9 @@ from statecat.statemeta.descriptors import CoderType, parse_type
 from statecat.statemeta.errors import UnsupportedError
 from statecat.statemeta.types import TypeDescriptor, struct_field_names
 
-_I8 = struct.Struct(">b").unpack_from
-_I16 = struct.Struct(">h").unpack_from
-_I32 = struct.Struct(">i").unpack_from
-_U32 = struct.Struct(">I").unpack_from
-_I64 = struct.Struct(">q").unpack_from
-_F32 = struct.Struct(">f").unpack_from
-_F64 = struct.Struct(">d").unpack_from
-_I64_I32 = struct.Struct(">qi").unpack_from
-
-LONG_MIN = -(1 << 63)
-INT_MIN = -(1 << 31)
 LOCAL_DATE_NULL_YEAR = 0xFFFFFFFF
 LOCAL_TIME_NULL_HOUR = 0xFF
 
-
-def _fixed(unpack, size: int) -> Decoder:
-    def decode(buf, pos):
-        return unpack(buf, pos)[0], pos + size
-    return decode
 
 
 def _boolean(buf, pos):
@@ -66,7 +60,7 @@ def _boolean(buf, pos):
 
 
 def _length(buf, pos) -> tuple[int, int]:
-    n = _I32(buf, pos)[0]
+    n = _BE_I32(buf, pos)[0]
     if n < 0:
         raise DecodeError(f"negative length {n}")
     _need(buf, pos + 4 + n)
@@ -84,24 +78,24 @@ def _bytes(buf, pos):
 
 
 def _sql_time(buf, pos):
-    return _time_text(_I32(buf, pos)[0]), pos + 4
+    return _time_text(_BE_I32(buf, pos)[0]), pos + 4
 
 
 def _sql_timestamp(buf, pos):
-    return _I64(buf, pos)[0] * 1000, pos + 8
+    return _BE_I64(buf, pos)[0] * 1000, pos + 8
 
 
 def _instant(buf, pos):
-    seconds, nanos = _I64_I32(buf, pos)
+    seconds, nanos = _BE_I64_I32(buf, pos)
     if seconds == LONG_MIN and nanos == INT_MIN:
         return None, pos + 12
     return seconds * 1_000_000 + nanos // 1000, pos + 12
 
 
 def _local_date_days(buf, pos):
-    if _U32(buf, pos)[0] == LOCAL_DATE_NULL_YEAR:
+    if _BE_U32(buf, pos)[0] == LOCAL_DATE_NULL_YEAR:
         return None, pos + 6
-    year = _I32(buf, pos)[0]
+    year = _BE_I32(buf, pos)[0]
     return dt.date(year, buf[pos + 4], buf[pos + 5]).toordinal() - EPOCH_ORDINAL, pos + 6
 
 
@@ -109,7 +103,7 @@ def _local_time_parts(buf, pos):
     if buf[pos] == LOCAL_TIME_NULL_HOUR:
         return None, pos + 7
     h, m, s = buf[pos], buf[pos + 1], buf[pos + 2]
-    return (h, m, s, _I32(buf, pos + 3)[0]), pos + 7
+    return (h, m, s, _BE_I32(buf, pos + 3)[0]), pos + 7
 
 
 def _local_time(buf, pos):
@@ -133,10 +127,10 @@ def _local_datetime(buf, pos):
 
 
 _SCALARS: dict[str, Decoder] = {
-    "BOOLEAN": _boolean, "BYTE": _fixed(_I8, 1), "SHORT": _fixed(_I16, 2), "INT": _fixed(_I32, 4),
-    "LONG": _fixed(_I64, 8), "BIG_INT": _fixed(_I64, 8), "FLOAT": _fixed(_F32, 4), "DOUBLE": _fixed(_F64, 8),
+    "BOOLEAN": _boolean, "BYTE": _fixed(_BE_I8, 1), "SHORT": _fixed(_BE_I16, 2), "INT": _fixed(_BE_I32, 4),
+    "LONG": _fixed(_BE_I64, 8), "BIG_INT": _fixed(_BE_I64, 8), "FLOAT": _fixed(_BE_F32, 4), "DOUBLE": _fixed(_BE_F64, 8),
     "STRING": _utf8, "CHAR": _utf8, "BIG_DEC": _utf8, "BYTES": _bytes,
-    "SQL_DATE": _fixed(_I32, 4), "SQL_TIME": _sql_time, "SQL_TIMESTAMP": _sql_timestamp, "INSTANT": _instant,
+    "SQL_DATE": _fixed(_BE_I32, 4), "SQL_TIME": _sql_time, "SQL_TIMESTAMP": _sql_timestamp, "INSTANT": _instant,
     "LOCAL_DATE": _local_date_days, "LOCAL_TIME": _local_time, "LOCAL_DATETIME": _local_datetime,
 }
 
@@ -155,7 +149,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
         element = coder_decoder(t.args[0][1], unpickle=unpickle)
 
         def generic_array(buf, pos):
-            n = _I32(buf, pos)[0]
+            n = _BE_I32(buf, pos)[0]
             pos += 4
             out = []
             for _ in range(n):
@@ -172,7 +166,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
         element = coder_decoder(t.args[0][1], unpickle=unpickle)
 
         def primitive_array(buf, pos):
-            n = _I32(buf, pos)[0]
+            n = _BE_I32(buf, pos)[0]
             pos += 4
             out = []
             for _ in range(n):
@@ -185,7 +179,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
         value = coder_decoder(t.args[1][1], unpickle=unpickle)
 
         def map_(buf, pos):
-            n = _I32(buf, pos)[0]
+            n = _BE_I32(buf, pos)[0]
             pos += 4
             out = []
             for _ in range(n):
