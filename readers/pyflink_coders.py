@@ -30,16 +30,15 @@ from statecat.readers.decoders import (
     _BE_I16,
     _BE_I32,
     _BE_I64,
-    _BE_I64_I32,
     _BE_U32,
     EPOCH_ORDINAL,
-    INT_MIN,
     LIST_ELEMENT_DELIMITER,
-    LONG_MIN,
     ROW_KIND_BITS,
     DecodeError,
     Decoder,
+    _counted,
     _fixed,
+    _instant,
     _need,
     _time_text,
     fields_decoder,
@@ -83,13 +82,6 @@ def _sql_time(buf, pos):
 
 def _sql_timestamp(buf, pos):
     return _BE_I64(buf, pos)[0] * 1000, pos + 8
-
-
-def _instant(buf, pos):
-    seconds, nanos = _BE_I64_I32(buf, pos)
-    if seconds == LONG_MIN and nanos == INT_MIN:
-        return None, pos + 12
-    return seconds * 1_000_000 + nanos // 1000, pos + 12
 
 
 def _local_date_days(buf, pos):
@@ -163,17 +155,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
             return out, pos
         return generic_array
     if name == "PRIMITIVE_ARRAY":
-        element = coder_decoder(t.args[0][1], unpickle=unpickle)
-
-        def primitive_array(buf, pos):
-            n = _BE_I32(buf, pos)[0]
-            pos += 4
-            out = []
-            for _ in range(n):
-                value, pos = element(buf, pos)
-                out.append(value)
-            return out, pos
-        return primitive_array
+        return _counted(coder_decoder(t.args[0][1], unpickle=unpickle))
     if name == "MAP":
         key = coder_decoder(t.args[0][1], unpickle=unpickle)
         value = coder_decoder(t.args[1][1], unpickle=unpickle)
