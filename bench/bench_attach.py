@@ -47,7 +47,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    from statecat.catalog.databases import attach, discover_savepoints, materialise, read_record, session, sql
+    from statecat.catalog.databases import attach, materialise
+    from statecat.catalog.discovery import discover_savepoints
+    from statecat.catalog.queries import sql
+    from statecat.catalog.registry import read_record
+    from statecat.catalog.sessions import session
 
     scratch = Path(tempfile.mkdtemp(prefix="statecat_bench_"))
     figures: dict = {"savepoints": args.count}

@@ -3,12 +3,18 @@
 Spark is imported on first use only, so the CLI's reader commands start without it.
 """
 
-_EXPORTS = {"attach", "materialise", "sql", "prepare", "session", "AttachResult", "REGISTRY_TABLE"}
+_EXPORTS = {
+    "attach": "databases", "materialise": "databases", "AttachResult": "databases", "EAGER_LIMIT": "databases",
+    "sql": "queries", "prepare": "queries",
+    "session": "sessions",
+    "REGISTRY_TABLE": "registry",
+}
 
 
 def __getattr__(name: str):
-    if name in _EXPORTS:
-        from statecat.catalog import databases as _databases
+    module = _EXPORTS.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(_databases, name)
+        return getattr(importlib.import_module(f"statecat.catalog.{module}"), name)
     raise AttributeError(f"module 'statecat.catalog' has no attribute {name!r}")

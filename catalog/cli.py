@@ -1,8 +1,9 @@
 """The ``statecat`` command. Each subcommand lives in its own module under ``statecat.catalog``
 (``cmd_<name>.py``) with ``add_parser(subparsers)`` and ``run(args) -> int``; ``COMMANDS`` lists them.
 
-Errors statecat raises on purpose (``StatecatError``) print as one line on stderr with exit code 2;
-nothing else is caught, so a bug still shows its traceback.
+Errors statecat raises on purpose (``StatecatError``) and errors Spark reports for a query or a
+savepoint (see ``spark_errors``) print as one line on stderr with exit code 2; nothing else is
+caught, so a bug still shows its traceback.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import argparse
 import importlib
 import sys
 
+from statecat.catalog.spark_errors import spark_error_message, spark_error_types
 from statecat.statemeta.errors import StatecatError
 
-COMMANDS = ["inspect", "read", "snapshot", "watch", "savepoint", "attach", "sql"]
+COMMANDS = ["inspect", "read", "snapshot", "watch", "savepoint", "attach", "sql", "materialize"]
 EXIT_USER_ERROR = 2
 
 
@@ -44,6 +46,12 @@ def main(argv: list[str] | None = None) -> int:
         return args.run(args) or 0
     except StatecatError as exc:
         print(f"statecat: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except spark_error_types() as exc:  # evaluated only when an exception gets here
+        message = spark_error_message(exc)
+        if message is None:
+            raise
+        print(f"statecat: error: {message}", file=sys.stderr)
         return EXIT_USER_ERROR
     except BrokenPipeError:
         return 0

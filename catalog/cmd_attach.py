@@ -29,9 +29,9 @@ def add_parser(subparsers):
 
 def cli_session(home: str | None):
     """A quiet local Spark session for the CLI (results on stdout, no log or progress noise)."""
-    from statecat.catalog.databases import session
+    from statecat.catalog.sessions import session
 
-    return session(home, conf={"spark.log.level": "ERROR", "spark.ui.showConsoleProgress": "false"})
+    return session(home, quiet=True)
 
 
 def run(args) -> int:

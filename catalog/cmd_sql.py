@@ -27,32 +27,19 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from pyspark.errors import PySparkException
-    from statecat.catalog.databases import attach, sql
-    from statecat.statemeta.errors import StatecatError
+    from statecat.catalog.databases import attach
+    from statecat.catalog.queries import sql
 
     spark = cli_session(args.home)
     if args.attach:
         attach(spark, args.attach)
-    try:
-        frame = sql(spark, args.query)
-        columns = frame.columns
-        rows = frame.limit(args.limit).collect() if args.limit is not None else frame.collect()
-    except PySparkException as exc:
-        raise StatecatError(spark_error_message(exc)) from None
+    # Errors Spark raises (a query it rejects, a damaged savepoint) print as one line: see cli.py.
+    frame = sql(spark, args.query)
+    columns = frame.columns
+    rows = frame.limit(args.limit).collect() if args.limit is not None else frame.collect()
     values = [[json_value(row[i]) for i in range(len(columns))] for row in rows]
     write(sys.stdout, args.format, columns, values)
     return 0
-
-
-def spark_error_message(exc: BaseException) -> str:
-    """The line of a Spark error a user acts on: statecat's own message when a read failed, else Spark's."""
-    text = str(exc)
-    marker = "StatecatQueryError: "
-    if marker in text:
-        return text[text.rindex(marker) + len(marker):].splitlines()[0].strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[0].strip() if lines else type(exc).__name__
 
 
 def _cell(value) -> str:

@@ -5,11 +5,14 @@ directories holding ``_metadata`` (it never descends into them, nor into ``share
 and stats their ``_metadata``: a poll costs one listing per directory and one stat per savepoint,
 and reads nothing it has seen before.
 
-A savepoint is snapshotted once its ``_metadata`` looks complete: unchanged (size and mtime) over
-two consecutive polls, and parsing it succeeds. One whose ``_metadata`` fails to parse is
-logged and skipped until the file changes (a copy still in progress finishes; a damaged file
-stays skipped without stopping the watcher). One that already has a matching stateInfo is done,
-so a restarted watcher does not redo finished work.
+A savepoint is snapshotted once it is complete: its ``_metadata`` is unchanged (size and mtime)
+over two consecutive polls and parses, and every state file it refers to exists with at least the
+size its handle records (``statemeta.completeness``). One whose state files are missing or short
+is incomplete: it is checked again on every poll (one stat per file) and snapshotted once they
+are all there. One whose ``_metadata`` fails to parse, or whose snapshot fails, is logged and
+skipped until its ``_metadata`` changes (a copy of ``_metadata`` still in progress finishes; a
+damaged savepoint stays skipped without stopping the watcher). One that already has a matching
+stateInfo is done, so a restarted watcher does not redo finished work.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from dataclasses import dataclass, field
 import pyarrow.fs as pafs
 
 from statecat.catalog.cmd_attach import add_home_argument, cli_session
+from statecat.statemeta.completeness import required_sizes, shortfalls
 from statecat.statemeta.errors import StatecatError
+from statecat.statemeta.metadata import read_metadata
 from statecat.statemeta.stateinfo import STATE_INFO_FILE, _filesystem_for, _read_json, is_fresh, snapshot
-from statecat.statemeta.storage import METADATA_FILE, SAVEPOINT_DIR_PREFIXES, open_storage
+from statecat.statemeta.storage import METADATA_FILE, SAVEPOINT_DIR_PREFIXES, Storage, open_storage
 
 log = logging.getLogger("statecat.watch")
 
@@ -41,13 +46,16 @@ SKIP_DIRS = ("shared", "taskowned")
 class _Seen:
     stamp: tuple[int, int]  # (size, mtime ns) of _metadata at the last look
     polls_stable: int = 0
-    status: str = "pending"  # pending | done | failed
+    status: str = "pending"  # pending | incomplete | done | failed
     error: str | None = None
+    # Parsed once per _metadata stamp: the savepoint's storage and the size each state file needs.
+    storage: Storage | None = None
+    needed: dict[str, int] | None = None
 
 
 @dataclass
 class Event:
-    kind: str  # snapshot | unchanged | done | skipped | waiting
+    kind: str  # snapshot | unchanged | done | skipped | waiting | incomplete
     path: str
     detail: str = ""
 
@@ -119,6 +127,7 @@ class Watcher:
                     continue
             elif entry.stamp != stamp:
                 entry.stamp, entry.polls_stable, entry.status = stamp, 0, "pending"
+                entry.storage = entry.needed = entry.error = None
             else:
                 entry.polls_stable += 1
             if entry.status in ("done", "failed"):
@@ -126,7 +135,7 @@ class Watcher:
             if entry.polls_stable + 1 < self.stable_polls:
                 events.append(Event("waiting", directory, "_metadata may still be written"))
                 continue
-            events.append(self._snapshot(root, base, directory, entry))
+            events.append(self._process(root, base, directory, entry))
         for gone in [d for d, e in self.seen.items() if d not in present and e.stamp != (-1, -1)]:
             del self.seen[gone]  # deleted savepoints: memory stays bounded by what exists
         return events
@@ -162,24 +171,42 @@ class Watcher:
             return root
         return root.rstrip("/") + "/" + relative
 
-    def _snapshot(self, root, base, directory, entry: _Seen) -> Event:
+    def _process(self, root, base, directory, entry: _Seen) -> Event:
+        """Snapshots the savepoint if it is complete; else says what it waits for or why it is skipped."""
         uri = self._uri(root, base, directory)
         try:
-            result = snapshot(uri, self._output_dir(base, directory), descriptors=self.descriptors)
-        except StatecatError as exc:
-            entry.status, entry.error = "failed", str(exc)
-            log.error("skipping %s until its _metadata changes: %s", uri, exc)
-            return Event("skipped", directory, str(exc))
-        except OSError as exc:  # permissions, vanished files: the same treatment
-            entry.status, entry.error = "failed", str(exc)
-            log.error("skipping %s until its _metadata changes: %s", uri, exc)
-            return Event("skipped", directory, str(exc))
-        entry.status = "done"
+            if entry.needed is None:
+                entry.storage = open_storage(uri)
+                entry.needed = required_sizes(read_metadata(entry.storage))
+            missing = shortfalls(entry.storage, entry.needed)
+            if missing:
+                return self._incomplete(uri, directory, entry, missing)
+            result = snapshot(entry.storage, self._output_dir(base, directory), descriptors=self.descriptors)
+        except (StatecatError, OSError) as exc:  # damaged, unreadable or vanished: the same treatment
+            return self._skip(uri, directory, entry, str(exc))
+        except Exception as exc:  # noqa: BLE001 - a bug on one savepoint must not stop the daemon
+            log.exception("statecat bug while processing %s (please report it)", uri)
+            return self._skip(uri, directory, entry, f"{type(exc).__name__}: {exc}")
+        entry.status, entry.storage, entry.needed = "done", None, None
         self._ready(uri)
         if result.written:
             log.info("wrote %s", result.path)
             return Event("snapshot", directory, result.path)
         return Event("unchanged", directory, result.path)
+
+    @staticmethod
+    def _incomplete(uri, directory, entry: _Seen, missing) -> Event:
+        detail = f"{len(missing)} state file(s) not there yet: {missing[0]}"
+        if entry.status != "incomplete":  # logged once; checked again on every poll
+            log.info("waiting for %s: %s", uri, detail)
+        entry.status, entry.error = "incomplete", detail
+        return Event("incomplete", directory, detail)
+
+    @staticmethod
+    def _skip(uri, directory, entry: _Seen, error: str) -> Event:
+        entry.status, entry.error, entry.storage, entry.needed = "failed", error, None, None
+        log.error("skipping %s until its _metadata changes: %s", uri, error)
+        return Event("skipped", directory, error)
 
     def _ready(self, uri: str) -> None:
         if self.on_ready is None:
@@ -223,6 +250,23 @@ def catalog_registrar(home: str | None) -> Callable[[str], None]:
     return register
 
 
+def _ready_hooks(args) -> Callable[[str], None] | None:
+    hooks = [catalog_registrar(args.home)] if args.attach else []
+    if args.materialize:
+        from statecat.catalog.materialize import lake_writer
+
+        hooks.append(lake_writer(args.materialize))
+    if not hooks:
+        return None
+    if len(hooks) == 1:
+        return hooks[0]
+
+    def each(uri: str) -> None:
+        for hook in hooks:
+            hook(uri)
+    return each
+
+
 def add_parser(subparsers):
     parser = subparsers.add_parser(
         "watch", help="write the stateInfo of every new savepoint and retained checkpoint under directories",
@@ -238,9 +282,12 @@ def add_parser(subparsers):
                         help=f"directory levels below a root to search (default {DEFAULT_MAX_DEPTH})")
     parser.add_argument("--attach", action="store_true",
                         help="also register each savepoint as a database in Spark's catalog (like statecat attach)")
+    parser.add_argument("--materialize", metavar="LAKE",
+                        help="also write each savepoint into the Delta lake LAKE (like statecat materialize)")
     add_home_argument(parser)
     parser.add_argument("--once", action="store_true",
-                        help="one pass: snapshot what is there now (no waiting for _metadata to settle) and exit")
+                        help="one pass: snapshot what is there now (no waiting for _metadata to settle) and exit; "
+                             "exit status 1 when a savepoint was damaged or incomplete")
     parser.add_argument("--max-polls", type=int, help=argparse.SUPPRESS)  # for tests: stop after N polls
     return parser
 
@@ -254,10 +301,10 @@ def run(args) -> int:
         descriptors = load_descriptors(args.descriptors)  # a bad file fails now, not per savepoint
     watcher = Watcher(args.roots, output=args.output, descriptors=descriptors, max_depth=args.max_depth,
                       stable_polls=1 if args.once else 2,
-                      on_ready=catalog_registrar(args.home) if args.attach else None)
+                      on_ready=_ready_hooks(args))
     if args.once:
         events = watcher.poll()
-        failed = [e for e in events if e.kind == "skipped"]
+        failed = [e for e in events if e.kind in ("skipped", "incomplete")]
         for e in events:
             if e.kind in ("snapshot", "unchanged", "done"):
                 log.info("%s %s", e.kind, e.path)

@@ -32,7 +32,12 @@ def arrow_type(desc: TypeDescriptor) -> pa.DataType:
     if kind in _SCALARS:
         return _SCALARS[kind]
     if kind in ("decimal_data", "DECIMAL"):
-        return pa.decimal128(desc.attr("precision"), desc.attr("scale"))
+        precision, scale = desc.attr("precision"), desc.attr("scale")
+        if not (isinstance(precision, int) and isinstance(scale, int) and 0 <= scale <= precision <= 38
+                and precision > 0):
+            raise TypeError(f"no Arrow type for {desc.describe()}: Flink's DECIMAL has 1 to 38 digits and a scale "
+                            f"within them")
+        return pa.decimal128(precision, scale)
     if kind in ("nullable", "ttl", "external", "raw_value", "pyflink"):
         return arrow_type(desc.fields[0][1])
     if kind in ("list", "primitive_array", "string_array", "generic_array", "ARRAY", "array_data"):

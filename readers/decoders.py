@@ -52,6 +52,15 @@ INLINE_MARK = 1 << 63
 INLINE_LENGTH_SHIFT = 56
 LIST_ELEMENT_DELIMITER = 0x2C
 EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
+# BigDecimals render as plain digits (Java's toPlainString) while that pads with at most this many
+# zeros; beyond, as Java's BigDecimal.toString() does (1.5E-1000000), so a scale from the data
+# (any int) never makes a string of millions of zeros.
+PLAIN_DECIMAL_MAX_SCALE = 1000
+# Longest BigInteger magnitude rendered: decimal conversion costs quadratic time in its length.
+MAX_BIG_INTEGER_BYTES = 4096
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+REPLACEMENT_CHARACTER = "\ufffd"
 ROW_KIND_BITS = 2  # a Row's null mask starts with two bits of its RowKind
 
 
@@ -62,6 +71,55 @@ class DecodeError(Exception):
 def _need(buf: bytes, end: int) -> None:
     if end > len(buf):
         raise DecodeError(f"value runs past the end of its bytes (needs {end}, has {len(buf)})")
+
+
+def read_length(buf: bytes, pos: int, what: str = "byte length") -> tuple[int, int]:
+    """An i32 length followed by that many bytes: (length, position after the i32).
+
+    Checked before use: negative lengths would move decoding backwards, and a length past the
+    buffer would be a silent short read."""
+    n = _BE_I32(buf, pos)[0]
+    pos += 4
+    if n < 0 or n > len(buf) - pos:
+        raise DecodeError(f"expected a {what} between 0 and the {len(buf) - pos} bytes left, got {n}")
+    return n, pos
+
+
+def read_count(buf: bytes, pos: int, what: str = "element count", min_size: int = 1) -> tuple[int, int]:
+    """An i32 count of elements that each take at least ``min_size`` bytes: (count, position after it).
+
+    Checked against the bytes left before anything is allocated or looped over."""
+    n = _BE_I32(buf, pos)[0]
+    pos += 4
+    if n < 0 or n * min_size > len(buf) - pos:
+        raise DecodeError(f"expected an {what} that fits the {len(buf) - pos} bytes left, got {n}")
+    return n, pos
+
+
+def micros(value: int) -> int:
+    """A timestamp in epoch microseconds, checked against what an int64 (Arrow's timestamp[us]) holds."""
+    if not -LONG_MAX <= value <= LONG_MAX:
+        raise DecodeError(f"timestamp {value} µs is outside the range of a 64-bit microsecond timestamp")
+    return value
+
+
+def days(value: int) -> int:
+    """Epoch days, checked against what Arrow's date32 holds."""
+    if not -INT_MAX <= value <= INT_MAX:
+        raise DecodeError(f"date {value} days from the epoch is outside the range of a 32-bit date")
+    return value
+
+
+def utf16_text(units) -> str:
+    """Java chars (UTF-16 code units) as text; unpaired surrogates become U+FFFD, so the text is
+    valid UTF-8 (the replacement Java's own UTF-8 encoding of such a string makes)."""
+    return struct.pack(f"<{len(units)}H", *units).decode("utf-16-le", "replace")
+
+
+def utf8_text(data: bytes) -> str:
+    """UTF-8 bytes as text, each malformed sequence replaced by U+FFFD as Flink's StringData
+    (Java's UTF-8 decoder) does."""
+    return data.decode("utf-8", "replace")
 
 
 # ----------------------------------------------------------------------------- Java serializers
@@ -77,7 +135,8 @@ def _boolean(buf, pos):
 
 
 def _char(buf, pos):
-    return chr(_BE_U16(buf, pos)[0]), pos + 2
+    unit = _BE_U16(buf, pos)[0]
+    return (REPLACEMENT_CHARACTER if 0xD800 <= unit <= 0xDFFF else chr(unit)), pos + 2
 
 
 def _skip_one(buf, pos):
@@ -106,8 +165,10 @@ def java_string(buf, pos):
     if n == 0:
         return None, pos
     n -= 1
+    if n > len(buf) - pos:  # every char takes at least one byte
+        raise DecodeError(f"string of {n} chars is longer than the {len(buf) - pos} bytes left")
     chunk = buf[pos:pos + n]
-    if len(chunk) == n and chunk.isascii():
+    if chunk.isascii():
         return chunk.decode("ascii"), pos + n
     units = []
     for _ in range(n):
@@ -115,27 +176,22 @@ def java_string(buf, pos):
         pos += 1
         if c >= 0x80:
             c, pos = read_varint(buf, pos - 1)
-        units.append(c)
-    return struct.pack(f"<{n}H", *units).decode("utf-16-le", "surrogatepass"), pos
+        units.append(c & 0xFFFF)  # Java keeps the low 16 bits: (char) c
+    return utf16_text(units), pos
 
 
 def _framed_bytes(buf, pos):
-    n = _BE_I32(buf, pos)[0]
-    pos += 4
-    if n < 0:
-        raise DecodeError(f"negative byte array length {n}")
-    _need(buf, pos + n)
+    n, pos = read_length(buf, pos, "byte array length")
     return bytes(buf[pos:pos + n]), pos + n
 
 
 def _string_data(buf, pos):
-    n = _BE_I32(buf, pos)[0]
-    pos += 4
-    _need(buf, pos + n)
-    return bytes(buf[pos:pos + n]).decode("utf-8", "replace"), pos + n
+    n, pos = read_length(buf, pos, "string length")
+    return utf8_text(bytes(buf[pos:pos + n])), pos + n
 
 
 def _big_integer(buf, pos) -> tuple[int | None, int]:
+    at = pos
     n = _BE_I32(buf, pos)[0]
     pos += 4
     if n == 0:
@@ -143,13 +199,27 @@ def _big_integer(buf, pos) -> tuple[int | None, int]:
     if n in BIGINT_SHORT_FORMS:
         return BIGINT_SHORT_FORMS[n], pos
     n -= BIGINT_LENGTH_OFFSET
-    _need(buf, pos + n)
+    # Flink writes length + 4 for a non-empty magnitude; anything else is damage.
+    if n < 1 or n > len(buf) - pos:
+        raise DecodeError(f"expected a BigInteger length of 1 to {len(buf) - pos} bytes, got {n} (at {at})")
+    if n > MAX_BIG_INTEGER_BYTES:
+        raise DecodeError(f"BigInteger of {n} bytes is longer than the {MAX_BIG_INTEGER_BYTES} bytes statecat renders")
     return int.from_bytes(buf[pos:pos + n], "big", signed=True), pos + n
 
 
 def _bigint(buf, pos):
     value, pos = _big_integer(buf, pos)
-    return (None if value is None else str(value)), pos
+    # Through Decimal: str(int) refuses more than 4300 digits, and MAX_BIG_INTEGER_BYTES bounds the cost.
+    return (None if value is None else str(Decimal(value))), pos
+
+
+def render_big_decimal(unscaled: int, scale: int) -> str:
+    """Java BigDecimal text: plain digits for scales within ±PLAIN_DECIMAL_MAX_SCALE, else Java's
+    scientific ``toString`` form (the two agree on every value Flink SQL's DECIMAL can hold)."""
+    value = scaled_decimal(unscaled, scale)
+    if -PLAIN_DECIMAL_MAX_SCALE <= scale <= PLAIN_DECIMAL_MAX_SCALE:
+        return format(value, "f")
+    return str(value)
 
 
 def _bigdec(buf, pos):
@@ -157,17 +227,17 @@ def _bigdec(buf, pos):
     if unscaled is None:
         return None, pos
     scale = _BE_I32(buf, pos)[0]
-    return format(scaled_decimal(unscaled, scale), "f"), pos + 4
+    return render_big_decimal(unscaled, scale), pos + 4
 
 
 def _epoch_millis_to_micros(buf, pos):
     ms = _BE_I64(buf, pos)[0]
-    return (None if ms == LONG_MIN else ms * 1000), pos + 8
+    return (None if ms == LONG_MIN else micros(ms * 1000)), pos + 8
 
 
 def _sql_date(buf, pos):
     ms = _BE_I64(buf, pos)[0]
-    return (None if ms == LONG_MIN else ms // MILLIS_PER_DAY), pos + 8
+    return (None if ms == LONG_MIN else days(ms // MILLIS_PER_DAY)), pos + 8
 
 
 def _time_text(millis_of_day: int, nanos: int = 0) -> str:
@@ -191,14 +261,14 @@ def _sql_timestamp(buf, pos):
     if ms == LONG_MIN:
         return None, pos + 12
     # getTime() holds the millis, getNanos() the whole fraction of the second.
-    return (ms // 1000) * 1_000_000 + nanos // 1000, pos + 12
+    return micros((ms // 1000) * 1_000_000 + nanos // 1000), pos + 12
 
 
 def _instant(buf, pos):
     seconds, nanos = _BE_I64_I32(buf, pos)
     if seconds == LONG_MIN and nanos == INT_MIN:
         return None, pos + 12
-    return seconds * 1_000_000 + nanos // 1000, pos + 12
+    return micros(seconds * 1_000_000 + nanos // 1000), pos + 12
 
 
 def _local_date(buf, pos):
@@ -230,7 +300,7 @@ def _local_datetime(buf, pos):
     if days is None or parts is None:
         return None, pos
     h, m, s, nano = parts
-    return ((days * 86400 + (h * 60 + m) * 60 + s) * 1_000_000) + nano // 1000, pos
+    return micros(((days * 86400 + (h * 60 + m) * 60 + s) * 1_000_000) + nano // 1000), pos
 
 
 def _time_window(buf, pos):
@@ -247,27 +317,38 @@ def scaled_decimal(unscaled: int, scale: int) -> Decimal:
     return Decimal(unscaled).scaleb(-scale, EXACT)
 
 
+MAX_DECIMAL_PRECISION = 38  # Flink SQL's DECIMAL, and Arrow's decimal128
+_DECIMAL_LIMITS = [10 ** p for p in range(MAX_DECIMAL_PRECISION + 1)]
+
+
+def sql_decimal(unscaled: int, precision: int, scale: int) -> Decimal:
+    """A DECIMAL(precision, scale) value; Flink never stores more digits than the precision."""
+    limit = _DECIMAL_LIMITS[precision] if 0 < precision <= MAX_DECIMAL_PRECISION else 0
+    if not -limit < unscaled < limit:
+        raise DecodeError(f"DECIMAL({precision}, {scale}) value with unscaled digits {unscaled} has more than "
+                          f"{precision} digits")
+    return scaled_decimal(unscaled, scale)
+
+
 def _timestamp_data(precision: int) -> Decoder:
     if precision <= 3:
         return _epoch_millis_to_micros
 
     def decode(buf, pos):
         ms, nano_of_milli = _BE_I64_I32(buf, pos)
-        return ms * 1000 + nano_of_milli // 1000, pos + 12
+        return micros(ms * 1000 + nano_of_milli // 1000), pos + 12
     return decode
 
 
 def _decimal_data(precision: int, scale: int) -> Decoder:
     if precision <= 18:
         def compact(buf, pos):
-            return scaled_decimal(_BE_I64(buf, pos)[0], scale), pos + 8
+            return sql_decimal(_BE_I64(buf, pos)[0], precision, scale), pos + 8
         return compact
 
     def wide(buf, pos):
-        n = _BE_I32(buf, pos)[0]
-        pos += 4
-        _need(buf, pos + n)
-        return scaled_decimal(int.from_bytes(buf[pos:pos + n], "big", signed=True), scale), pos + n
+        n, pos = read_length(buf, pos, "decimal length")
+        return sql_decimal(int.from_bytes(buf[pos:pos + n], "big", signed=True), precision, scale), pos + n
     return wide
 
 
@@ -348,8 +429,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         element = build_decoder(desc.fields[0][1], unpickle=unpickle)
 
         def generic_array(buf, pos):
-            n = _BE_I32(buf, pos)[0]
-            pos += 4
+            n, pos = read_count(buf, pos)  # each element has at least its null flag
             out = []
             for _ in range(n):
                 if buf[pos]:
@@ -364,8 +444,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         value = build_decoder(desc.child("value"), unpickle=unpickle)
 
         def map_(buf, pos):
-            n = _BE_I32(buf, pos)[0]
-            pos += 4
+            n, pos = read_count(buf, pos, "map entry count")  # each entry has at least its null flag
             out = []
             for _ in range(n):
                 k, pos = key(buf, pos)
@@ -416,10 +495,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
 
 def _counted(element: Decoder) -> Decoder:
     def counted(buf, pos):
-        n = _BE_I32(buf, pos)[0]
-        pos += 4
-        if n < 0:
-            raise DecodeError(f"negative element count {n}")
+        n, pos = read_count(buf, pos)
         out = []
         for _ in range(n):
             value, pos = element(buf, pos)
@@ -437,15 +513,10 @@ def _primitive_array(element_kind: str) -> Decoder:
     size = struct.calcsize(code)
 
     def primitive_array(buf, pos):
-        n = _BE_I32(buf, pos)[0]
-        pos += 4
-        if element_kind == "byte":
-            _need(buf, pos + n)
-            return list(struct.unpack_from(f">{n}b", buf, pos)), pos + n
-        _need(buf, pos + n * size)
+        n, pos = read_count(buf, pos, min_size=size)
         values = list(struct.unpack_from(f">{n}{code}", buf, pos))
         if element_kind == "char":
-            values = [chr(c) for c in values]
+            values = [REPLACEMENT_CHARACTER if 0xD800 <= c <= 0xDFFF else chr(c) for c in values]
         return values, pos + n * size
     return primitive_array
 
@@ -531,89 +602,107 @@ def render_pickled(data: bytes, unpickle: bool) -> str:
         return data.hex()
     import pickle
 
-    value = pickle.loads(data)  # noqa: S301 - the user asked for it with unpickle=True
+    try:
+        value = pickle.loads(data)  # noqa: S301 - the user asked for it with unpickle=True
+    except Exception as exc:  # noqa: BLE001 - damaged pickles fail in any way the unpickled code chooses
+        raise DecodeError(f"the pickled value does not unpickle: {type(exc).__name__}: {exc}") from None
     return json.dumps(value, default=repr, sort_keys=True)
 
 
 # ----------------------------------------------------------------------------- binary formats (little-endian)
+# Field readers take (buf, base, end, slot position): ``base`` is where the enclosing row or array
+# starts (variable-length offsets count from there) and ``end`` where it ends; no field reads
+# outside [base, end).
+
+MAX_INLINE_BYTES = 7  # variable-length data of at most 7 bytes sits in its 8-byte slot
+
 
 def _framed_binary(decoder: Callable[[bytes, int, int], Any]) -> Decoder:
     def framed(buf, pos):
-        n = _BE_I32(buf, pos)[0]
-        pos += 4
-        _need(buf, pos + n)
+        n, pos = read_length(buf, pos, "binary row length")
         return decoder(buf, pos, n), pos + n
     return framed
 
 
-def _var_slot(buf, base: int, slot_at: int) -> tuple[int, int]:
+def _var_slot(buf, base: int, end: int, slot_at: int) -> tuple[int, int]:
     """(absolute start, length) of a variable-length field: inline in the slot, or offset/len."""
     raw = _LE_U64(buf, slot_at)[0]
     if raw & INLINE_MARK:
-        return slot_at, (raw >> INLINE_LENGTH_SHIFT) & 0x7F
-    return base + (raw >> 32), raw & 0xFFFFFFFF
+        start, n = slot_at, (raw >> INLINE_LENGTH_SHIFT) & 0x7F
+        if n > MAX_INLINE_BYTES:
+            raise DecodeError(f"inline field of {n} bytes, more than its slot's {MAX_INLINE_BYTES}")
+    else:
+        start, n = base + (raw >> 32), raw & 0xFFFFFFFF
+    if start + n > end:
+        raise DecodeError(f"field of {n} bytes at {start - base} runs past the end of its {end - base}-byte structure")
+    return start, n
 
 
-def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int], Any]:
-    """Reads one field of a binary row/array: (buf, base of the structure, slot position) -> value."""
+def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]:
+    """Reads one field of a binary row/array: (buf, base, end of the structure, slot position) -> value."""
     kind = desc.kind
     if kind == "BOOLEAN":
-        return lambda buf, base, at: buf[at] != 0
+        return lambda buf, base, end, at: buf[at] != 0
     if kind == "TINYINT":
-        return lambda buf, base, at: _LE_I8(buf, at)[0]
+        return lambda buf, base, end, at: _LE_I8(buf, at)[0]
     if kind == "SMALLINT":
-        return lambda buf, base, at: _LE_I16(buf, at)[0]
+        return lambda buf, base, end, at: _LE_I16(buf, at)[0]
     if kind in ("INTEGER", "DATE"):
-        return lambda buf, base, at: _LE_I32(buf, at)[0]
+        return lambda buf, base, end, at: _LE_I32(buf, at)[0]
     if kind == "TIME_WITHOUT_TIME_ZONE":
-        return lambda buf, base, at: _time_text(_LE_I32(buf, at)[0])
+        return lambda buf, base, end, at: _time_text(_LE_I32(buf, at)[0])
     if kind == "BIGINT":
-        return lambda buf, base, at: _LE_I64(buf, at)[0]
+        return lambda buf, base, end, at: _LE_I64(buf, at)[0]
     if kind == "FLOAT":
-        return lambda buf, base, at: _LE_F32(buf, at)[0]
+        return lambda buf, base, end, at: _LE_F32(buf, at)[0]
     if kind == "DOUBLE":
-        return lambda buf, base, at: _LE_F64(buf, at)[0]
+        return lambda buf, base, end, at: _LE_F64(buf, at)[0]
     if kind in ("CHAR", "VARCHAR"):
-        def text(buf, base, at):
-            start, n = _var_slot(buf, base, at)
-            return bytes(buf[start:start + n]).decode("utf-8", "replace")
+        def text(buf, base, end, at):
+            start, n = _var_slot(buf, base, end, at)
+            return utf8_text(bytes(buf[start:start + n]))
         return text
     if kind in ("BINARY", "VARBINARY", "RAW"):
-        def binary(buf, base, at):
-            start, n = _var_slot(buf, base, at)
+        def binary(buf, base, end, at):
+            start, n = _var_slot(buf, base, end, at)
             return bytes(buf[start:start + n])
         return binary
     if kind == "DECIMAL":
         precision, scale = desc.attr("precision"), desc.attr("scale")
         if precision <= 18:
-            return lambda buf, base, at: scaled_decimal(_LE_I64(buf, at)[0], scale)
+            return lambda buf, base, end, at: sql_decimal(_LE_I64(buf, at)[0], precision, scale)
 
-        def decimal(buf, base, at):
+        def decimal(buf, base, end, at):
             raw = _LE_U64(buf, at)[0]
             start, n = base + (raw >> 32), raw & 0xFFFFFFFF
-            return scaled_decimal(int.from_bytes(buf[start:start + n], "big", signed=True), scale)
+            if start + n > end:
+                raise DecodeError(f"decimal of {n} bytes at {start - base} runs past the end of its structure")
+            return sql_decimal(int.from_bytes(buf[start:start + n], "big", signed=True), precision, scale)
         return decimal
     if kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE"):
         if desc.attr("precision", 6) <= 3:
-            return lambda buf, base, at: _LE_I64(buf, at)[0] * 1000
+            return lambda buf, base, end, at: micros(_LE_I64(buf, at)[0] * 1000)
 
-        def timestamp(buf, base, at):
+        def timestamp(buf, base, end, at):
             raw = _LE_U64(buf, at)[0]
-            millis = _LE_I64(buf, base + (raw >> 32))[0]
-            return millis * 1000 + (raw & 0xFFFFFFFF) // 1000
+            millis_at = base + (raw >> 32)
+            if millis_at + 8 > end:
+                raise DecodeError(f"timestamp at {millis_at - base} runs past the end of its structure")
+            millis = _LE_I64(buf, millis_at)[0]
+            return micros(millis * 1000 + (raw & 0xFFFFFFFF) // 1000)
         return timestamp
     if kind == "ROW":
         nested = binary_row_decoder([t for _, t in desc.fields], [n for n, _ in desc.fields])
 
-        def row(buf, base, at):
-            start, n = _var_slot(buf, base, at)
+        def row(buf, base, end, at):
+            start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
         return row
     if kind in ("ARRAY",):
         nested = binary_array_decoder(desc.fields[0][1])
 
-        def array(buf, base, at):
-            start, n = _var_slot(buf, base, at)
+        def array(buf, base, end, at):
+            start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
         return array
     if kind in ("MAP", "MULTISET"):
@@ -621,12 +710,12 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int], Any]:
         value = desc.child("value") if kind == "MAP" else TypeDescriptor.of("INTEGER")
         nested = binary_map_decoder(key, value)
 
-        def map_(buf, base, at):
-            start, n = _var_slot(buf, base, at)
+        def map_(buf, base, end, at):
+            start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
         return map_
     if kind == "NULL":
-        return lambda buf, base, at: None
+        return lambda buf, base, end, at: None
     raise UnsupportedError(f"no decoder for SQL type {desc.describe()} inside a binary row")
 
 
@@ -639,12 +728,14 @@ def binary_row_decoder(types: list[TypeDescriptor], names: list[str]) -> Callabl
     def decode(buf, base, size):
         if size < null_bits_bytes + 8 * arity:
             raise DecodeError(f"binary row of {size} bytes is shorter than its {arity} fixed slots")
+        _need(buf, base + size)
+        end = base + size
         out = {}
         for name, read, slot, bit in readers:
             if buf[base + (bit >> 3)] & (1 << (bit & 7)):
                 out[name] = None
             else:
-                out[name] = read(buf, base, base + slot)
+                out[name] = read(buf, base, end, base + slot)
         return out
     return decode
 
@@ -659,16 +750,20 @@ def binary_array_decoder(element: TypeDescriptor) -> Callable[[bytes, int, int],
     size = _ARRAY_ELEMENT_SIZES.get(element.kind, 8)
 
     def decode(buf, base, length):
+        if length < 4:
+            raise DecodeError(f"binary array of {length} bytes has no room for its element count")
+        _need(buf, base + length)
         n = _LE_I32(buf, base)[0]
-        if n < 0 or 4 + n > length * 8 + 4:
-            raise DecodeError(f"binary array claims {n} elements in {length} bytes")
         elements_at = base + 4 + ((n + 31) // 32) * 4
+        end = base + length
+        if n < 0 or elements_at + n * size > end:
+            raise DecodeError(f"binary array claims {n} elements in {length} bytes")
         out = []
         for i in range(n):
             if buf[base + 4 + (i >> 3)] & (1 << (i & 7)):
                 out.append(None)
             else:
-                out.append(read(buf, base, elements_at + i * size))
+                out.append(read(buf, base, end, elements_at + i * size))
         return out
     return decode
 
@@ -679,9 +774,15 @@ def binary_map_decoder(key: TypeDescriptor, value: TypeDescriptor) -> Callable[[
     values = binary_array_decoder(value)
 
     def decode(buf, base, length):
+        if length < 4:
+            raise DecodeError(f"binary map of {length} bytes has no room for its key array size")
         key_bytes = _LE_I32(buf, base)[0]
+        if not 0 <= key_bytes <= length - 4:
+            raise DecodeError(f"binary map of {length} bytes claims a {key_bytes}-byte key array")
         k = keys(buf, base + 4, key_bytes)
         v = values(buf, base + 4 + key_bytes, length - 4 - key_bytes)
+        if len(k) != len(v):
+            raise DecodeError(f"binary map has {len(k)} keys but {len(v)} values")
         return list(zip(k, v))
     return decode
 

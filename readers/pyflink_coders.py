@@ -39,11 +39,14 @@ from statecat.readers.decoders import (
     _counted,
     _fixed,
     _instant,
-    _need,
     _time_text,
     fields_decoder,
     masked_fields_decoder,
+    micros,
+    read_count,
+    read_length,
     render_pickled,
+    utf8_text,
 )
 from statecat.statemeta.descriptors import CoderType, parse_type
 from statecat.statemeta.errors import UnsupportedError
@@ -58,21 +61,13 @@ def _boolean(buf, pos):
     return buf[pos] != 0, pos + 1
 
 
-def _length(buf, pos) -> tuple[int, int]:
-    n = _BE_I32(buf, pos)[0]
-    if n < 0:
-        raise DecodeError(f"negative length {n}")
-    _need(buf, pos + 4 + n)
-    return n, pos + 4
-
-
 def _utf8(buf, pos):
-    n, pos = _length(buf, pos)
-    return bytes(buf[pos:pos + n]).decode("utf-8"), pos + n
+    n, pos = read_length(buf, pos, "string length")
+    return utf8_text(bytes(buf[pos:pos + n])), pos + n
 
 
 def _bytes(buf, pos):
-    n, pos = _length(buf, pos)
+    n, pos = read_length(buf, pos)
     return bytes(buf[pos:pos + n]), pos + n
 
 
@@ -81,7 +76,7 @@ def _sql_time(buf, pos):
 
 
 def _sql_timestamp(buf, pos):
-    return _BE_I64(buf, pos)[0] * 1000, pos + 8
+    return micros(_BE_I64(buf, pos)[0] * 1000), pos + 8
 
 
 def _local_date_days(buf, pos):
@@ -115,7 +110,7 @@ def _local_datetime(buf, pos):
     if days is None or parts is None:
         return None, pos
     h, m, s, nanos = parts
-    return ((days * 86_400 + h * 3600 + m * 60 + s) * 1_000_000 + nanos // 1000), pos
+    return micros((days * 86_400 + h * 3600 + m * 60 + s) * 1_000_000 + nanos // 1000), pos
 
 
 _SCALARS: dict[str, Decoder] = {
@@ -141,8 +136,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
         element = coder_decoder(t.args[0][1], unpickle=unpickle)
 
         def generic_array(buf, pos):
-            n = _BE_I32(buf, pos)[0]
-            pos += 4
+            n, pos = read_count(buf, pos)  # each element has at least its presence byte
             out = []
             for _ in range(n):
                 present = buf[pos]
@@ -161,8 +155,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
         value = coder_decoder(t.args[1][1], unpickle=unpickle)
 
         def map_(buf, pos):
-            n = _BE_I32(buf, pos)[0]
-            pos += 4
+            n, pos = read_count(buf, pos, "map entry count")  # each entry has at least its null byte
             out = []
             for _ in range(n):
                 k, pos = key(buf, pos)
@@ -190,7 +183,7 @@ def build_pyflink_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> De
     value = coder_decoder(parse_type(desc.attr("coder")), unpickle=unpickle)
     if layout == "plain":
         def plain(buf, pos):
-            n, pos = _length(buf, pos)
+            n, pos = read_length(buf, pos)
             end = pos + n
             result, stop = value(buf, pos)
             if stop != end:
@@ -208,10 +201,13 @@ def build_pyflink_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> De
             values = []
             size = len(buf)
             while True:
-                n, pos = _length(buf, pos)
+                n, pos = read_length(buf, pos)
                 end = pos + n
                 while pos < end:
+                    before = pos
                     item, pos = value(buf, pos)
+                    if pos <= before:  # a value of no bytes would repeat forever
+                        raise DecodeError(f"PyFlink {desc.attr('coder')} value takes no bytes")
                     values.append(item)
                 if pos != end:
                     raise DecodeError(f"PyFlink {desc.attr('coder')} values overrun their byte array")

@@ -18,6 +18,7 @@ import pyarrow.compute as pc
 from statecat.readers.arrow_types import state_schema
 from statecat.readers.fastscan import (
     MIN_ENTRY_BYTES,
+    WALK_BAD_STATE_ID,
     WALK_ERRORS,
     WALK_OK,
     ColumnExtractor,
@@ -39,10 +40,15 @@ from statecat.statemeta.types import TypeDescriptor
 DEFAULT_BATCH_ROWS = 65_536
 # Key-group bytes decoded column-wise in one go: many small key-groups share the per-call cost.
 FAST_GROUP_BYTES = 8 << 20
+# Largest single read of state data: lengths come from _metadata, the file may be shorter.
+READ_PIECE_BYTES = 64 << 20
 
 _U16 = struct.Struct(">H").unpack_from
 _I32 = struct.Struct(">i").unpack_from
 _U64 = struct.Struct(">Q").unpack_from
+# What a decoder raises on bytes that do not fit its type: its own DecodeError, and the errors
+# of reading past a buffer's end (struct, indexing) or of building a value out of range (dates).
+DECODE_FAILURES = (DecodeError, struct.error, IndexError, ValueError, OverflowError)
 
 
 @dataclass
@@ -55,22 +61,50 @@ class ReadStats:
     subtasks: set = field(default_factory=set)
 
 
-def decompress_snappy_framed(data: bytes) -> bytes:
+def decompress_snappy_framed(data: bytes, file: str, offset: int) -> bytes:
+    """One snappy-framed block (a key-group or an operator state element) of ``file`` at ``offset``.
+
+    The framing caps each chunk at 64 KiB uncompressed, so the output stays within a fixed
+    multiple of the input."""
     import cramjam
 
     if not data.startswith(SNAPPY_STREAM_IDENTIFIER):
         data = SNAPPY_STREAM_IDENTIFIER + data
-    return bytes(cramjam.snappy.decompress(data))
+    try:
+        return bytes(cramjam.snappy.decompress(data))
+    except cramjam.DecompressionError as exc:
+        raise FormatError(f"expected snappy-framed compressed state data, got bytes that do not decompress ({exc})",
+                          file=file, offset=offset, hint="The state file is damaged") from None
 
 
-def _varbytes_length(n: int) -> int:
-    """How many bytes Flink's little-endian base-256 length trailer takes for ``n``."""
-    count = 1
-    n >>= 8
-    while n:
-        count += 1
-        n >>= 8
-    return count
+def _skip_length_trailer(buf: bytes, pos: int, n: int) -> int:
+    """Checks Flink's little-endian base-256 trailer of the length ``n`` at ``pos``; returns the
+    position after it. A trailer that disagrees means key and namespace were split wrongly."""
+    stored = buf[pos]
+    pos += 1
+    shift = 8
+    while n >> shift:
+        stored |= buf[pos] << shift
+        pos += 1
+        shift += 8
+    if stored != n:
+        raise DecodeError(f"key or namespace of {n} bytes is followed by the length {stored}")
+    return pos
+
+
+def _read_up_to(stream, n: int) -> bytes:
+    """At most ``n`` bytes, read in bounded pieces: ``n`` comes from _metadata, and a buffered read
+    allocates its whole size up front even when the file is shorter."""
+    if n <= READ_PIECE_BYTES:
+        return stream.read(n)
+    pieces = []
+    while n > 0:
+        piece = stream.read(min(n, READ_PIECE_BYTES))
+        if not piece:
+            break
+        pieces.append(piece)
+        n -= len(piece)
+    return b"".join(pieces)
 
 
 class KeyedStateScanner:
@@ -82,8 +116,9 @@ class KeyedStateScanner:
         self.meta = meta
         self.operator = operator
         self.state = state
-        self.schema = state_schema(state)
+        self.schema = _schema(operator, state)
         self.prefix = operator.key_group_prefix_bytes
+        self.state_counts = _keyed_state_counts(operator)
         self.key_raw = state.key.kind == "raw"
         self.key_decoder = None if self.key_raw else build_key_decoder(state.key)
         namespace = state.namespace or TypeDescriptor.of("void_namespace")
@@ -145,7 +180,7 @@ class KeyedStateScanner:
         wanted = None if keys is None else set(_hashable(k) for k in keys)
         for location in locations:
             for key_group, data, file, base in self._key_groups(location, key_groups):
-                self._decode_key_group(key_group, data, location.state_id, columns, file, base, wanted)
+                self._decode_key_group(key_group, data, location, columns, file, base, wanted)
                 if len(columns[0]) >= batch_rows:
                     yield self._batch(columns)
                     columns = ([], [], [])
@@ -163,8 +198,8 @@ class KeyedStateScanner:
         group_rows = group_bytes = 0
         for location in locations:
             for key_group, data, file, base in self._key_groups(location, key_groups):
-                _, positions = self._locate(key_group, data, location.state_id, file, base)
-                group.append((key_group, data, file, base, location.state_id, positions))
+                _, positions = self._locate(key_group, data, location, file, base)
+                group.append((key_group, data, file, base, location, positions))
                 group_rows += len(positions[0])
                 group_bytes += len(data)
                 if group_rows >= batch_rows or group_bytes >= FAST_GROUP_BYTES:
@@ -186,8 +221,8 @@ class KeyedStateScanner:
         columns = self.fast.extract(buf, *(np.concatenate(col) for col in shifted))
         if columns is None:  # some entry is outside the column-wise plan: decode this group per record
             rows: tuple[list, list, list] = ([], [], [])
-            for key_group, data, file, base, state_id, _ in group:
-                self._decode_key_group(key_group, data, state_id, rows, file, base, None)
+            for key_group, data, file, base, location, _ in group:
+                self._decode_key_group(key_group, data, location, rows, file, base, None)
             return self._batch(rows)
         self.stats.rows += len(columns[0])
         return pa.RecordBatch.from_arrays(list(columns), schema=self.schema)
@@ -203,23 +238,21 @@ class KeyedStateScanner:
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _key_groups(self, location: KeyedLocation, key_groups: set[int] | None):
-        offsets = location.offsets
-        starts = sorted(o for o in offsets if o > 0)
-        stream_end = location.stream.size
-        next_start = {s: e for s, e in zip(starts, starts[1:] + [stream_end])}
-        stream = file = base = None
-        try:
-            for i, offset in enumerate(offsets):
+        """(key-group, bytes, file, file offset) of each wanted non-empty key-group, in order."""
+        wanted = [(i, offset) for i, offset in enumerate(location.offsets)
+                  if offset != 0 and (key_groups is None or location.start_key_group + i in key_groups)]
+        if not wanted:
+            return
+        stream, file, base = open_stream(self.meta.storage, location.stream, 0)
+        with stream:
+            ends = self._key_group_ends(location, file, base)
+            position = None
+            for i, offset in wanted:
                 key_group = location.start_key_group + i
-                if offset <= 0 or (key_groups is not None and key_group not in key_groups):
-                    continue
-                if stream is None:
-                    stream, file, base = open_stream(self.meta.storage, location.stream, 0)
-                    position = 0
-                end = next_start[offset]
+                end = ends[i]
                 if offset != position:
                     stream.seek(base + offset)
-                data = stream.read(end - offset)
+                data = _read_up_to(stream, end - offset)
                 position = end
                 if len(data) != end - offset:
                     raise FormatError(f"expected key-group {key_group} to span {end - offset} bytes, the file ends "
@@ -230,31 +263,55 @@ class KeyedStateScanner:
                 self.stats.key_groups += 1
                 self.stats.subtasks.add(location.subtask)
                 if location.compressed:
-                    data = decompress_snappy_framed(data)
+                    data = decompress_snappy_framed(data, file, base + offset)
                 yield key_group, data, file, base + offset
-        finally:
-            if stream is not None:
-                stream.close()
 
-    def _locate(self, key_group: int, data: bytes, state_id: int, file: str, base: int):
+    def _key_group_ends(self, location: KeyedLocation, file: str, base: int) -> dict[int, int]:
+        """Where each non-empty key-group ends (index -> stream offset), after checking the offsets.
+
+        Flink writes key-groups in order, so their offsets (0 = empty) rise strictly and each lies
+        inside the stream; anything else would read the wrong bytes or lose a key-group."""
+        size = location.stream.size
+        starts = []
+        for i, offset in enumerate(location.offsets):
+            if offset == 0:
+                continue
+            previous = starts[-1][1] if starts else 0
+            if offset < 0 or offset <= previous or offset >= size:
+                expected = (f"an offset after the previous key-group's {previous}" if 0 < offset <= previous
+                            else f"an offset within the stream's {size} bytes")
+                raise FormatError(f"expected key-group {location.start_key_group + i} to start at {expected}, got "
+                                  f"{offset} (key-group offsets of the stream at byte offset {base})", file=file,
+                                  offset=base + (previous if offset < 0 or offset <= previous else size),
+                                  operator=self.operator.label, state=self.state.name,
+                                  hint="The key-group offsets in _metadata are damaged")
+            starts.append((i, offset))
+        ends = [offset for _, offset in starts[1:]] + [size]
+        return {i: end for (i, _), end in zip(starts, ends)}
+
+    def _locate(self, key_group: int, data: bytes, location: KeyedLocation, file: str, base: int):
         """Positions (key at, key length, value at, value length) of the state's entries in a key-group.
 
-        The framing walk is compiled; it also checks every length against the key-group's bytes
-        and every entry's key-group prefix."""
+        The framing walk is compiled; it also checks every length against the key-group's bytes,
+        every entry's key-group prefix, and every state id against the stream header's states."""
         buf = np.frombuffer(data, dtype=np.uint8)
         capacity = len(data) // MIN_ENTRY_BYTES + 1
         positions = [np.empty(capacity, dtype=np.int64) for _ in range(4)]
-        count, error, at = walk_key_group(buf, state_id, self.prefix, key_group, *positions)
+        state_count = location.state_count or self.state_counts.get((location.subtask, location.stream), 0)
+        count, error, at = walk_key_group(buf, location.state_id, state_count, self.prefix, key_group, *positions)
         if error != WALK_OK:
-            raise FormatError(f"{WALK_ERRORS[error]} in key-group {key_group} ({len(data)} bytes)", file=file,
-                              offset=base + at, operator=self.operator.label, state=self.state.name,
+            offset, within = _position(location, base, at)
+            got = f" ({_U16(data, at)[0]})" if error == WALK_BAD_STATE_ID else ""
+            raise FormatError(f"{WALK_ERRORS[error]}{got} in key-group {key_group} ({len(data)} bytes, "
+                              f"{state_count} states in the stream){within}", file=file,
+                              offset=offset, operator=self.operator.label, state=self.state.name,
                               hint="The state file is damaged or truncated")
         return buf, [p[:count] for p in positions]
 
-    def _decode_key_group(self, key_group: int, data: bytes, state_id: int, columns, file: str, base: int,
+    def _decode_key_group(self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int,
                           wanted) -> None:
         """Decodes the state's entries of one key-group record by record (any type)."""
-        _, (key_at, key_len, value_at, value_len) = self._locate(key_group, data, state_id, file, base)
+        _, (key_at, key_len, value_at, value_len) = self._locate(key_group, data, location, file, base)
         keys, namespaces, values = columns
         prefix = self.prefix
         value_kind = self.value_kind
@@ -271,6 +328,8 @@ class KeyedStateScanner:
                 # the walk already checked it names this key-group.
                 if value_kind == "map":
                     key, namespace, user_at = self._split_key(buf, kat + prefix, kend)
+                    if user_at > kend:
+                        raise DecodeError(f"key and namespace overrun the entry's key by {user_at - kend} bytes")
                     identity = buf[kat + prefix:user_at]
                     user_key = (buf[user_at:kend] if self.user_key_decoder is None
                                 else self._decode_exact(self.user_key_decoder, buf, user_at, kend, "map key"))
@@ -308,29 +367,33 @@ class KeyedStateScanner:
                         values.append(self._value(buf, vat, vlen))
             if map_keep:
                 values.append(map_entries)
-        except (DecodeError, struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError) as exc:
-            raise FormatError(f"could not decode an entry of key-group {key_group}: {exc}", file=file,
-                              offset=base + kat, operator=self.operator.label, state=self.state.name,
+        except DECODE_FAILURES as exc:
+            offset, within = _position(location, base, kat)
+            raise FormatError(f"could not decode an entry of key-group {key_group}{within}: {exc}", file=file,
+                              offset=offset, operator=self.operator.label, state=self.state.name,
                               hint="The state file is damaged, or its type is not what the header says") from None
 
     def _split_key(self, buf, pos: int, end: int):
         """Decodes key and namespace of a composite key; returns (key, namespace, position after them)."""
         if self.key_raw:
             ns_at = end - self.namespace_length
+            if ns_at < pos:
+                raise DecodeError(f"composite key of {end - pos} bytes is shorter than its {self.namespace_length}-byte "
+                                  f"namespace")
             key = bytes(buf[pos:ns_at])
             namespace, pos = self.namespace_decoder(buf, ns_at)
             return key, namespace, pos
         start = pos
         key, pos = self.key_decoder(buf, pos)
         if self.ambiguous:
-            pos += _varbytes_length(pos - start)
+            pos = _skip_length_trailer(buf, pos, pos - start)
         ns_start = pos
         if self.namespace_raw:
             namespace, pos = bytes(buf[pos:pos + self.namespace_length]), pos + self.namespace_length
         else:
             namespace, pos = self.namespace_decoder(buf, pos)
         if self.ambiguous:
-            pos += _varbytes_length(pos - ns_start)
+            pos = _skip_length_trailer(buf, pos, pos - ns_start)
         return key, namespace, pos
 
     @staticmethod
@@ -351,7 +414,10 @@ class KeyedStateScanner:
         decode = self.element_decoder
         out = []
         while pos < end:
+            before = pos
             value, pos = decode(buf, pos)
+            if pos <= before:  # an element of no bytes would repeat forever
+                raise DecodeError("list element takes no bytes")
             out.append(value)
             if pos < end:
                 if buf[pos] != LIST_ELEMENT_DELIMITER:
@@ -378,7 +444,7 @@ class OperatorStateScanner:
         self.meta = meta
         self.operator = operator
         self.state = state
-        self.schema = state_schema(state)
+        self.schema = _schema(operator, state)
         self.stats = ReadStats()
         value = state.value
         self.broadcast = state.kind == "broadcast"
@@ -424,9 +490,17 @@ class OperatorStateScanner:
         ends = offsets[1:] + [location.end]
         stream, file, base = open_stream(self.meta.storage, location.stream, 0)
         with stream:
+            size = location.stream.size
+            # Offsets and the end come from _metadata: each element must be a non-empty range of the stream.
+            for start, end in zip(offsets, ends):
+                if not 0 <= start < end <= size:
+                    raise FormatError(f"expected operator state elements within the stream's {size} bytes, one after "
+                                      f"the other, got an element from {start} to {end}", file=file,
+                                      offset=base + min(max(start, 0), size), operator=self.operator.label,
+                                      state=self.state.name, hint="The state offsets in _metadata are damaged")
             for start, end in zip(offsets, ends):
                 stream.seek(base + start)
-                data = stream.read(end - start)
+                data = _read_up_to(stream, end - start)
                 if len(data) != end - start:
                     raise FormatError(f"expected {end - start} bytes of operator state, the file ends after {len(data)}",
                                       file=file, offset=base + start + len(data), operator=self.operator.label,
@@ -434,7 +508,7 @@ class OperatorStateScanner:
                 self.stats.bytes_read += len(data)
                 self.stats.subtasks.add(location.subtask)
                 if location.compressed:
-                    data = decompress_snappy_framed(data)
+                    data = decompress_snappy_framed(data, file, base + start)
                 try:
                     if self.broadcast:
                         yield from self._broadcast_entries(data)
@@ -442,19 +516,50 @@ class OperatorStateScanner:
                         yield bytes(data)
                     else:
                         yield self.element(data, 0)[0]
-                except (DecodeError, struct.error, IndexError, UnicodeDecodeError, ValueError, OverflowError) as exc:
+                except DECODE_FAILURES as exc:
                     raise FormatError(f"could not decode an operator state element: {exc}", file=file,
-                                      offset=base + start, operator=self.operator.label, state=self.state.name) from None
+                                      offset=base + start, operator=self.operator.label, state=self.state.name,
+                                      hint="The state file is damaged, or its type is not what the header says") from None
 
     def _broadcast_entries(self, data: bytes):
         count = _I32(data, 0)[0]
-        if count < 0:
-            raise DecodeError(f"negative broadcast entry count {count}")
+        if not 0 <= count <= len(data) - 4:  # every entry takes at least one byte
+            raise DecodeError(f"expected a broadcast entry count within the element's {len(data)} bytes, got {count}")
         pos = 4
         for _ in range(count):
             key, pos = self.entry_key(data, pos)
             value, pos = self.entry_value(data, pos)
             yield {"key": key, "value": value}
+
+
+def _schema(operator: OperatorMeta, state: StateInfo) -> pa.Schema:
+    try:
+        return state_schema(state)
+    except TypeError as exc:  # a type in the header with no Arrow column (``arrow_type``'s signal)
+        raise UnsupportedError(f"statecat has no column type for this state: {exc}", operator=operator.label,
+                               state=state.name) from None
+
+
+def _keyed_state_counts(operator: OperatorMeta) -> dict[tuple, int]:
+    """How many states each keyed stream's header lists, by (subtask, stream), for locations that
+    do not carry the count (built by hand or by an older stateInfo).
+
+    Every state in a keyed stream header has one location with its index as ``state_id``."""
+    counts: dict[tuple, int] = {}
+    for state in operator.states:
+        if state.is_keyed:
+            for location in state.locations:
+                where = (location.subtask, location.stream)
+                counts[where] = max(counts.get(where, 0), location.state_id + 1)
+    return counts
+
+
+def _position(location: KeyedLocation, base: int, at: int) -> tuple[int, str]:
+    """The file offset to report for byte ``at`` of a key-group starting at ``base``, and a note
+    when the key-group is compressed (then ``at`` counts decompressed bytes)."""
+    if location.compressed:
+        return base, f" (at byte {at} of the decompressed key-group)"
+    return base + at, ""
 
 
 def scanner_for(meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False):

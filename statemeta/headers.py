@@ -2,21 +2,23 @@
 
 Snapshot payloads carry no length, so one serializer statecat does not know would hide where the
 rest of the header starts. The header's end is known, though (the first data offset), so the
-parser recovers: it tries each plausible end for the unknown serializer and keeps the one from
-which the rest of the header parses exactly to that end. The state that used it reads as raw
+parser recovers: it tries the few positions where the header could continue after the unknown
+serializer and keeps the one from which the rest of the header parses exactly to that end
+(at most ``MAX_RECOVERY_ATTEMPTS`` trial parses per header, so damaged headers cost bounded work). The state that used it reads as raw
 bytes with the class name as the reason; every other state still decodes.
 """
 
 from __future__ import annotations
 
-import io
+import bisect
+import re
 from dataclasses import dataclass, field
 
 from statecat.statemeta.binary import DataInput
 from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
 from statecat.statemeta.metadata import FileStream, InlineStream, StreamHandle
-from statecat.statemeta.snapshots import SnapshotReader, UnknownSnapshotError
-from statecat.statemeta.storage import Storage
+from statecat.statemeta.snapshots import SNAPSHOT_PROXY_VERSION, SnapshotReader, UnknownSnapshotError
+from statecat.statemeta.storage import StateFile, Storage
 from statecat.statemeta.types import TypeDescriptor
 
 SUPPORTED_KEYED_PROXY_VERSIONS = (4, 5, 6)
@@ -27,8 +29,15 @@ FIRST_OPERATOR_PROXY_WITH_COMPRESSION = 6
 BACKEND_STATE_TYPES = ("KEY_VALUE", "OPERATOR", "BROADCAST", "PRIORITY_QUEUE", "KEY_VALUE_V2")
 MAX_STATES = 1 << 15
 MAX_OPTIONS = 1 << 10
-# Bound on parse attempts while recovering past unknown serializers.
-MAX_RECOVERY_ATTEMPTS = 20_000
+# Bound on trial parses per header while recovering past unknown serializers: this many, plus one
+# per position the header could resume at (a few per state; see _resume_points), so a header with
+# many unknown serializers still recovers. Each trial is at most one pass over the header, and
+# RECOVERY_WORK_BYTES bounds attempts x header size: damaged headers cost bounded work.
+MAX_RECOVERY_ATTEMPTS = 128
+RECOVERY_WORK_BYTES = 64 << 20
+# Largest stream header read into memory (real ones are a few KB; a damaged offset must not make
+# statecat read a whole state file as "header").
+MAX_HEADER_BYTES = 16 << 20
 # Longest state name / serializer key we expect when looking for where a header continues.
 MAX_PLAUSIBLE_NAME = 1024
 
@@ -66,21 +75,33 @@ class _Recover(Exception):
         self.reason = reason
 
 
-def open_stream(storage: Storage, handle: StreamHandle, start: int = 0, length: int | None = None) -> tuple[io.BufferedReader, str, int]:
-    """A buffered reader positioned at ``start`` within the handle's bytes; returns (stream, name, base)."""
+def open_stream(storage: Storage, handle: StreamHandle, start: int = 0, length: int | None = None) -> tuple[StateFile, str, int]:
+    """A read stream positioned at ``start`` within the handle's bytes; returns (stream, name, base).
+
+    The stream (``storage.StateFile``) is confined to the snapshot, refuses negative positions and
+    lengths with a ``FormatError``, and never reads past its file's end.
+    """
     if isinstance(handle, InlineStream):
         path, base = storage.metadata_path, handle.offset
     else:
         path, base = handle.path, handle.start
-    raw = storage.open(path)
-    raw.seek(base + start)
-    return io.BufferedReader(raw, buffer_size=1 << 16), storage.display(path), base
+    stream = storage.open(path)
+    try:
+        stream.seek(base + start)
+    except BaseException:
+        stream.close()
+        raise
+    return stream, storage.display(path), base
 
 
 def read_stream_bytes(storage: Storage, handle: StreamHandle, start: int, length: int) -> tuple[bytes, str, int]:
     """Reads ``length`` bytes of a handle's stream at ``start``; returns (bytes, file name, file offset)."""
     stream, name, base = open_stream(storage, handle, start)
     with stream:
+        if length < 0 or length > MAX_HEADER_BYTES:
+            raise FormatError(f"expected a state stream header of 0 to {MAX_HEADER_BYTES} bytes, got {length}",
+                              file=name, offset=base + start,
+                              hint="The handle's size or key-group offsets in _metadata are damaged")
         data = stream.read(length)
     if len(data) != length:
         raise FormatError(f"expected {length} bytes of state data, got {len(data)} before the end of the file",
@@ -106,21 +127,36 @@ def read_operator_header(storage: Storage, handle: StreamHandle, offsets: list[i
     return _parse_with_recovery(data, name, base, _OperatorHeaderParser)
 
 
+def _attempt_limit(resume_points: int, work_limit: int) -> int:
+    return min(MAX_RECOVERY_ATTEMPTS + resume_points, work_limit)
+
+
+class _RecoveryExhausted(Exception):
+    """The trial-parse budget ran out: the header cannot be recovered within bounded work."""
+
+
 def _parse_with_recovery(data: bytes, name: str, base: int, parser_class) -> StreamHeader:
-    attempts = [0]
+    work_limit = max(2, RECOVERY_WORK_BYTES // max(len(data), 1))
+    budget = [_attempt_limit(0, work_limit)]
+    first_failure: list[_Recover] = []
+    resume_points: list[list[int]] = []  # computed once per header, on the first unknown serializer
 
     def attempt(skips: dict[int, tuple[int, str]]) -> StreamHeader:
-        attempts[0] += 1
-        if attempts[0] > MAX_RECOVERY_ATTEMPTS:
-            raise UnsupportedError("could not find where an unknown serializer snapshot ends in this state header",
-                                   file=name, offset=base,
-                                   hint="Register the serializer's snapshot layout with statecat or report the class")
+        if budget[0] <= 0:
+            raise _RecoveryExhausted()
+        budget[0] -= 1
         try:
             return parser_class(data, name, base, skips).parse()
         except _Recover as need:
+            if not first_failure:
+                first_failure.append(need)
             if need.start in skips:
                 raise FormatError(need.reason, file=name, offset=base + need.start) from None
-            for candidate in _plausible_ends(data, need.start):
+            if not resume_points:
+                resume_points.append(_resume_points(data))
+                budget[0] += _attempt_limit(len(resume_points[0]), work_limit) - _attempt_limit(0, work_limit)
+            points = resume_points[0]
+            for candidate in points[bisect.bisect_left(points, need.start + 6):]:
                 try:
                     return attempt({**skips, need.start: (candidate, need.reason)})
                 except (StatecatError, _Recover):
@@ -128,22 +164,99 @@ def _parse_with_recovery(data: bytes, name: str, base: int, parser_class) -> Str
             raise FormatError(f"{need.reason}; no way to read the rest of the header past it", file=name,
                               offset=base + need.start) from None
 
-    return attempt({})
+    try:
+        return attempt({})
+    except _RecoveryExhausted:
+        need = first_failure[0]
+        limit = _attempt_limit(len(resume_points[0]) if resume_points else 0, work_limit)
+        raise FormatError(f"{need.reason}; no way to read the rest of the header past it within "
+                          f"{limit} trial parses", file=name, offset=base + need.start,
+                          hint="The state header is damaged, or holds several serializers statecat does not know"
+                          ) from None
 
 
-def _plausible_ends(data: bytes, start: int):
-    """Positions where a header item could resume: a short modified-UTF-8 string of printable text."""
-    for p in range(start + 6, len(data) + 1):
-        if p == len(data):
-            yield p
-            continue
-        if p + 2 > len(data):
-            continue
-        n = int.from_bytes(data[p:p + 2], "big")
-        if 0 < n <= MAX_PLAUSIBLE_NAME and p + 2 + n <= len(data):
-            text = data[p + 2:p + 2 + min(n, 16)]
-            if all(32 <= b < 127 for b in text):
-                yield p
+# A modified-UTF-8 string start: u16 length up to 1279 (high byte 0..4), then a non-control byte.
+_STRING_START = re.compile(rb"(?=[\x00-\x04][\x00-\xff][\x20-\x7e\x80-\xff])", re.DOTALL)
+
+
+def _resume_points(data: bytes) -> list[int]:
+    """Positions, in order, where a header could continue after a top-level serializer snapshot.
+
+    What follows one is known: another serializer entry (an enum-style key, snapshot proxy
+    version 2, a class name), the next state's meta info (name, state type ordinal, options, its
+    first serializer entry), a state count followed by such a meta info, or the header's end
+    (possibly the snappy stream identifier, after empty state counts). Only positions of those
+    shapes are tried, so recovery makes a handful of trial parses, not one per byte.
+    """
+    size = len(data)
+    found = set()
+    for match in _STRING_START.finditer(data):
+        p = match.start()
+        if _state_meta_info_at(data, p) or _serializer_entry_at(data, p):
+            found.add(p)
+            if p >= 2 and 0 < int.from_bytes(data[p - 2:p], "big") <= MAX_STATES:
+                found.add(p - 2)  # a state count, then this state
+    for end in (size, size - len(SNAPPY_STREAM_IDENTIFIER)):
+        if end >= 0 and data[end:] in (b"", SNAPPY_STREAM_IDENTIFIER):
+            found.add(end)
+            for count_at in (end - 2, end - 4):  # empty state lists (operator headers have two counts)
+                if count_at >= 0 and not any(data[count_at:end]):
+                    found.add(count_at)
+    return sorted(found)
+
+
+def _string_at(data: bytes, p: int) -> int | None:
+    """The byte length of a short printable modified-UTF-8 string at ``p``, or None."""
+    if p + 2 > len(data):
+        return None
+    n = int.from_bytes(data[p:p + 2], "big")
+    if not 0 < n <= MAX_PLAUSIBLE_NAME or p + 2 + n > len(data):
+        return None
+    if any(b < 32 or b == 127 for b in data[p + 2:p + 2 + min(n, 32)]):
+        return None
+    return n
+
+
+def _state_meta_info_at(data: bytes, p: int) -> bool:
+    """A state's meta info: name, type ordinal, options (string pairs), then its first serializer entry.
+
+    Checked that deep because a Java class descriptor (name, then a serialVersionUID such as 1L)
+    looks like a name, an ordinal and an option count.
+    """
+    n = _string_at(data, p)
+    if n is None:
+        return False
+    q = p + 2 + n
+    if q + 8 > len(data):
+        return False
+    ordinal = int.from_bytes(data[q:q + 4], "big", signed=True)
+    options = int.from_bytes(data[q + 4:q + 8], "big", signed=True)
+    if not (0 <= ordinal < len(BACKEND_STATE_TYPES) and 0 <= options <= MAX_OPTIONS):
+        return False
+    q += 8
+    for _ in range(2 * options):
+        m = _string_at(data, q)
+        if m is None:
+            return False
+        q += 2 + m
+    serializers = int.from_bytes(data[q:q + 4], "big", signed=True)
+    return 0 < serializers <= MAX_OPTIONS and _serializer_entry_at(data, q + 4)
+
+
+def _serializer_entry_at(data: bytes, p: int) -> bool:
+    """A serializer entry: an enum-style key (``VALUE_SERIALIZER``), proxy version 2, a class name."""
+    n = _string_at(data, p)
+    if n is None or not _SERIALIZER_KEY.fullmatch(data[p + 2:p + 2 + n]):
+        return False
+    q = p + 2 + n
+    if int.from_bytes(data[q:q + 4], "big", signed=True) != SNAPSHOT_PROXY_VERSION:
+        return False
+    m = _string_at(data, q + 4)
+    return m is not None and b"." in data[q + 6:q + 6 + m]
+
+
+_SERIALIZER_KEY = re.compile(rb"[A-Z][A-Z0-9_]*")
+_ENUM_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 class _HeaderParser:
@@ -169,6 +282,23 @@ class _HeaderParser:
             raise _Recover(start, f"serializer snapshot class {exc.class_name} is not known to statecat") from None
         except StatecatError as exc:
             raise _Recover(start, f"could not read the serializer snapshot: {exc.message}") from None
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
+            # Values inside a damaged snapshot (a Java object graph, an attribute) of a shape no check
+            # anticipated: still the snapshot's fault, so recover like any unreadable snapshot.
+            raise _Recover(start, f"could not read the serializer snapshot: malformed ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]})") from None
+
+    def enum_name(self, what: str) -> str:
+        """Option and serializer keys are Java enum names (``KEYED_STATE_TYPE``, ``VALUE_SERIALIZER``).
+
+        Checked because recovery tries positions inside unknown snapshots: a wrong one must fail
+        here instead of reading some string of the snapshot as a key.
+        """
+        at = self.data.offset
+        key = self.data.read_utf()
+        if not _ENUM_NAME.fullmatch(key):
+            raise self.data.error(f"{what} (an enum name)", repr(key[:64]), offset=at)
+        return key
 
     def meta_info(self, allowed_types: tuple[str, ...]) -> StateMetaInfo:
         data = self.data
@@ -180,11 +310,11 @@ class _HeaderParser:
             raise data.error(f"a state type in {allowed_types}", ordinal, offset=type_at)
         options = {}
         for _ in range(data.read_length("number of state options", limit=MAX_OPTIONS)):
-            key = data.read_utf()
+            key = self.enum_name("a state option key")
             options[key] = data.read_utf()
         serializers = {}
         for _ in range(data.read_length("number of state serializers", limit=MAX_OPTIONS)):
-            key = data.read_utf()
+            key = self.enum_name("a serializer key")
             serializers[key] = self.serializer()
         return StateMetaInfo(name, BACKEND_STATE_TYPES[ordinal], options, serializers, at)
 

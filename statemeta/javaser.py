@@ -63,6 +63,9 @@ class _ClassDesc:
     def hierarchy(self) -> list["_ClassDesc"]:
         chain, desc = [], self
         while desc is not None:
+            if len(chain) > MAX_DEPTH:  # a back-reference can make a class its own ancestor
+                raise FormatError(f"expected a class hierarchy at most {MAX_DEPTH} deep in a Java serialization "
+                                  f"stream, got a deeper or cyclic one at class {self.name}")
             chain.append(desc)
             desc = desc.superclass
         return chain[::-1]
@@ -158,11 +161,24 @@ class _Parser:
         if tc == TC_BLOCKDATALONG:
             return self.take(struct.unpack(">i", self.take(4))[0])
         if tc == TC_RESET:
+            # A run of resets is legal; skip it in a loop, not by recursion.
+            while self.pos < len(self.data) and self.data[self.pos] == TC_RESET:
+                self.pos += 1
             self.handles.clear()
             return self._content()
         raise self.fail("a type code 0x70..0x7E", f"0x{tc:02X}", at)
 
     def class_desc(self) -> _ClassDesc | None:
+        # Superclass descriptors nest: count them like objects so a long chain is an error, not a RecursionError.
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise self.fail(f"class descriptors nested at most {MAX_DEPTH} deep", "deeper nesting")
+        try:
+            return self._class_desc()
+        finally:
+            self.depth -= 1
+
+    def _class_desc(self) -> _ClassDesc | None:
         at = self.pos
         tc = self.u8()
         if tc == TC_NULL:
@@ -197,6 +213,7 @@ class _Parser:
             desc.fields.append((code, field_name))
         self.annotations()
         desc.superclass = self.class_desc()
+        desc.hierarchy()  # refuses a cycle (a superclass that refers back to this class) here
         return desc
 
     def annotations(self) -> list[object]:
@@ -230,7 +247,7 @@ class _Parser:
 
     def array(self) -> list:
         desc = self.class_desc()
-        if desc is None or not desc.name.startswith("["):
+        if desc is None or len(desc.name) < 2 or not desc.name.startswith("["):
             raise self.fail("an array class descriptor", desc.name if desc else "null")
         items: list = []
         self.new_handle(items)
@@ -260,15 +277,17 @@ def parse_java_object(data: bytes, file: str = "<java serialization stream>") ->
     return value, parser.pos
 
 
-def java_list(value: object) -> list:
+def java_list(value: object, depth: int = 0) -> list:
     """The elements of a serialized java.util.List (ArrayList, unmodifiable or singleton wrappers)."""
     if isinstance(value, list):
         return value
     if not isinstance(value, dict):
         raise TypeError(f"not a serialized list: {type(value).__name__}")
+    if depth > MAX_DEPTH:  # back-references can make a wrapper wrap itself
+        raise TypeError("not a serialized list: wrappers nested too deep or cyclic")
     for wrapped in ("list", "c"):
         if isinstance(value.get(wrapped), (dict, list)):
-            return java_list(value[wrapped])
+            return java_list(value[wrapped], depth + 1)
     if "element" in value:  # Collections$SingletonList
         return [value["element"]]
     annotations = value.get("@annotations", [])

@@ -32,6 +32,9 @@ MAX_OPERATORS = 1_000_000
 MAX_SUBTASKS = 1 << 16
 MAX_KEY_GROUPS = 1 << 15
 MAX_ENTRIES = 1 << 24
+# Flink nests a changelog handle's materialized handles one level deep; more is damage (and
+# would exhaust Python's recursion limit).
+MAX_HANDLE_NESTING = 4
 
 # Handle type tags (one byte before each handle).
 TAG_NULL = 0
@@ -185,10 +188,9 @@ def read_metadata(path: str | Storage) -> CheckpointMetadata:
     """Reads ``_metadata`` of the savepoint at ``path`` (directory, _metadata file or URI)."""
     storage = path if isinstance(path, Storage) else open_storage(path)
     display = storage.display(storage.metadata_path)
-    size = storage.size(storage.metadata_path)
-    with storage.open(storage.metadata_path) as raw:
-        stream = io.BufferedReader(raw, buffer_size=1 << 16) if not isinstance(raw, io.BufferedReader) else raw
-        return _MetadataParser(DataInput(stream, display, length=size), storage, size).parse()
+    with storage.open(storage.metadata_path) as stream:
+        return _MetadataParser(DataInput(stream, display, length=stream.file_size), storage,
+                               stream.file_size).parse()
 
 
 class _MetadataParser:
@@ -197,6 +199,7 @@ class _MetadataParser:
         self.storage = storage
         self.size = size
         self.version = 0
+        self.nesting = 0  # changelog handles hold keyed handles
 
     def parse(self) -> CheckpointMetadata:
         data = self.data
@@ -270,23 +273,29 @@ class _MetadataParser:
             raise data.error(f"a subtask count between -1 and {MAX_SUBTASKS}", n_subtasks, offset=at)
         subtasks = []
         finished = []
+        seen = set()
         for _ in range(n_subtasks):
+            at = data.offset
             index = data.read_i32()
             if index < 0:
                 finished.append(-index - 1)
             else:
-                subtasks.append(self._subtask_state(index))
+                # A repeated subtask would be read twice: its rows would appear twice in every result.
+                if index in seen:
+                    raise data.error("each subtask index once", f"subtask {index} again", offset=at)
+                seen.add(index)
+                subtasks.append(self._subtask_state(index, max_parallelism))
             if self.version >= FIRST_VERSION_WITH_REF_CHECKPOINT and data.read_u8() == 1:
                 data.read_i64()  # the checkpoint this subtask's state was reused from
         return OperatorState(operator_id, uid, name, parallelism, max_parallelism, coordinator,
                              tuple(subtasks), finished_subtasks=tuple(finished))
 
-    def _subtask_state(self, index: int) -> SubtaskState:
+    def _subtask_state(self, index: int, max_parallelism: int) -> SubtaskState:
         data = self.data
         managed_op = self._operator_handle() if data.read_i32() != 0 else None
         raw_op = self._operator_handle() if data.read_i32() != 0 else None
-        managed_keyed = self._keyed_handle()
-        raw_keyed = self._keyed_handle()
+        managed_keyed = self._keyed_handle(max_parallelism)
+        raw_keyed = self._keyed_handle(max_parallelism)
         channels = 0
         for _ in range(2):  # input channel handles, then result subpartition handles
             n = self._count("number of channel state handles", MAX_ENTRIES)
@@ -319,42 +328,53 @@ class _MetadataParser:
             data.skip(length)
             return InlineStream(name, offset, length)
         if tag == TAG_FILE:
-            size = data.read_i64()
+            size = self._non_negative_i64("state file size")
             uri = data.read_utf()
             return FileStream(self.storage.resolve_absolute(uri), size, "file")
         if tag == TAG_RELATIVE_FILE:
             relative = data.read_utf()
-            size = data.read_i64()
+            size = self._non_negative_i64("state file size")
             return FileStream(self.storage.resolve_relative(relative), size, "relative")
         if tag in (TAG_SEGMENT_FILE, TAG_EMPTY_SEGMENT_FILE):
-            start = data.read_i64()
-            size = data.read_i64()
+            start = self._non_negative_i64("segment start")
+            size = self._non_negative_i64("segment size")
             data.read_i32()  # scope ordinal
             path = data.read_utf()
             data.read_utf()  # logical file id
             return FileStream(self.storage.resolve_absolute(path), size, "segment", start)
         raise data.error("a stream state handle", f"tag {tag}")
 
-    def _key_groups_body(self) -> tuple[int, tuple[int, ...], StreamHandle | None]:
+    def _non_negative_i64(self, what: str) -> int:
+        at = self.data.offset
+        value = self.data.read_i64()
+        if value < 0:
+            raise self.data.error(f"a {what} >= 0", value, offset=at)
+        return value
+
+    def _key_groups_body(self, max_parallelism: int) -> tuple[int, tuple[int, ...], StreamHandle | None]:
         data = self.data
         at = data.offset
         start = data.read_i32()
         count = data.read_i32()
-        if start < 0 or count < 0 or start + count > MAX_KEY_GROUPS:
-            raise data.error("a key-group range within 0..32767", f"start {start}, count {count}", offset=at)
+        if start < 0 or count < 0 or start + count > max_parallelism:
+            raise data.error(f"a key-group range within the operator's key-groups 0..{max_parallelism - 1}",
+                             f"start {start}, count {count}", offset=at)
+        offsets_at = data.offset
         raw = data.read(8 * count)
         offsets = tuple(int.from_bytes(raw[i:i + 8], "big", signed=True) for i in range(0, len(raw), 8))
         stream = self._stream_handle()
+        if stream is not None:
+            check_key_group_offsets(offsets, stream.size, data.name, offsets_at)
         return start, offsets, stream
 
-    def _keyed_handle(self) -> KeyedHandle | None:
+    def _keyed_handle(self, max_parallelism: int = MAX_KEY_GROUPS) -> KeyedHandle | None:
         data = self.data
         at = data.offset
         tag = self._tag(tuple(range(TAG_NULL, TAG_FILE_MERGING_OPERATOR_STREAM)))
         if tag == TAG_NULL:
             return None
         if tag in (TAG_KEY_GROUPS_V1, TAG_KEY_GROUPS_SAVEPOINT, TAG_KEY_GROUPS_V2):
-            start, offsets, stream = self._key_groups_body()
+            start, offsets, stream = self._key_groups_body(max_parallelism)
             if tag == TAG_KEY_GROUPS_V2:
                 data.read_utf()  # state handle id
             kind = {TAG_KEY_GROUPS_V1: "legacy", TAG_KEY_GROUPS_SAVEPOINT: "savepoint", TAG_KEY_GROUPS_V2: "checkpoint"}[tag]
@@ -366,9 +386,14 @@ class _MetadataParser:
         if tag in (TAG_CHANGELOG_V1, TAG_CHANGELOG_V2):
             start, count = data.read_i32(), data.read_i32()
             size = data.read_i64()
+            if self.nesting >= MAX_HANDLE_NESTING:
+                raise data.error(f"changelog handles nested at most {MAX_HANDLE_NESTING} deep", "deeper nesting",
+                                 offset=at)
+            self.nesting += 1
             for _ in range(2):  # materialized, then non-materialized handles
                 for _ in range(self._count("number of changelog handles", MAX_ENTRIES)):
-                    self._keyed_handle()
+                    self._keyed_handle(max_parallelism)
+            self.nesting -= 1
             data.read_i64()  # materialization id
             if tag == TAG_CHANGELOG_V2:
                 data.read_i64()  # checkpoint id
@@ -423,6 +448,7 @@ class _MetadataParser:
         if tag == TAG_NULL:
             return None
         entries = []
+        offsets_at = []
         for _ in range(self._count("number of operator states", MAX_ENTRIES)):
             name = data.read_utf()
             at = data.offset
@@ -430,6 +456,7 @@ class _MetadataParser:
             if mode >= len(DISTRIBUTION_MODES):
                 raise data.error(f"a distribution mode ordinal 0..{len(DISTRIBUTION_MODES) - 1}", mode, offset=at)
             n = self._count("number of offsets", MAX_ENTRIES)
+            offsets_at.append(data.offset)
             raw = data.read(8 * n)
             offsets = tuple(int.from_bytes(raw[i:i + 8], "big", signed=True) for i in range(0, len(raw), 8))
             entries.append(OperatorStateEntry(name, DISTRIBUTION_MODES[mode], offsets))
@@ -439,6 +466,8 @@ class _MetadataParser:
         stream = self._stream_handle()
         if stream is None:
             return None
+        for entry, at in zip(entries, offsets_at):
+            check_operator_offsets(entry, stream.size, data.name, at)
         return OperatorStreamHandle(tuple(entries), stream)
 
     def _channel_state_handle(self) -> None:
@@ -483,6 +512,38 @@ class _MetadataParser:
             return None, None
         fmt = checkpoint_type.get("formatType")
         return checkpoint_type.get("name"), (fmt if isinstance(fmt, str) else None)
+
+
+def check_key_group_offsets(offsets: tuple[int, ...], size: int, file: str, at: int | None) -> None:
+    """Key-group offsets as Flink writes them: 0 (empty), else increasing starts inside the stream.
+
+    Out-of-order or repeated starts would make a reader read a key-group's bytes twice or as
+    another's; one past the end would read nothing. ``at`` is where the offsets lie in ``file``.
+    """
+    previous = 0
+    for i, offset in enumerate(offsets):
+        where = None if at is None else at + 8 * i
+        if offset < 0:
+            raise FormatError(f"expected key-group offset {i} to be >= 0, got {offset}", file=file, offset=where,
+                              hint="The _metadata file is damaged")
+        if offset == 0:
+            continue
+        if offset <= previous:
+            raise FormatError(f"expected key-group offsets in increasing order, got {offset} after {previous}",
+                              file=file, offset=where, hint="The _metadata file is damaged")
+        if offset >= size:
+            raise FormatError(f"expected key-group offset {i} inside the {size}-byte state stream, got {offset}",
+                              file=file, offset=where, hint="The _metadata file is damaged")
+        previous = offset
+
+
+def check_operator_offsets(entry: OperatorStateEntry, size: int, file: str, at: int | None) -> None:
+    """An operator state's element offsets must lie inside its stream."""
+    for i, offset in enumerate(entry.offsets):
+        if not 0 <= offset < size:
+            raise FormatError(f"expected offset {i} of operator state {entry.name!r} inside the {size}-byte state "
+                              f"stream, got {offset}", file=file, offset=None if at is None else at + 8 * i,
+                              hint="The _metadata file is damaged")
 
 
 def _has_savepoint_key_groups(operators: tuple[OperatorState, ...]) -> bool:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from statecat.statemeta.errors import LookupFailedError, did_you_mean
+from statecat.statemeta.errors import FormatError, LookupFailedError, did_you_mean
 from statecat.statemeta.headers import StateMetaInfo, StreamHeader, read_keyed_header, read_operator_header
 from statecat.statemeta.metadata import (
     CheckpointMetadata,
+    InlineStream,
     KeyGroupsHandle,
     OperatorState,
     OperatorStreamHandle,
@@ -52,6 +53,9 @@ class KeyedLocation:
     state_id: int
     compressed: bool
     header_length: int
+    # States the stream's header declares: every entry's state id in the key-groups must be below
+    # it (0 = not known, e.g. built by hand).
+    state_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -180,14 +184,19 @@ class StateMeta:
 
 
 def load_state_meta(path: str | Storage, *, use_state_info: bool = True, state_info: str | None = None,
-                    descriptors=None) -> StateMeta:
+                    descriptors=None, allowed_roots=None) -> StateMeta:
     """The StateMeta of a savepoint: from its stateInfo when one matches ``_metadata``, else derived.
 
     ``state_info`` names a stateInfo written elsewhere (``statecat snapshot --output``);
     ``descriptors`` (a descriptor file or DescriptorSet) applies declared types to a derived
     StateMeta (a matching stateInfo already carries the ones it was written with).
+    ``allowed_roots`` (paths or URIs) widens where state handles may point beyond the snapshot's
+    own directory, like ``STATECAT_ALLOWED_ROOTS`` (see ``storage.Storage.confine``).
     """
-    storage = path if isinstance(path, Storage) else open_storage(path)
+    if isinstance(path, Storage):
+        storage = path if not allowed_roots else path.with_allowed_roots(allowed_roots)
+    else:
+        storage = open_storage(path, allowed_roots=allowed_roots)
     if use_state_info:
         from statecat.statemeta.stateinfo import load_fresh_state_info
 
@@ -240,7 +249,7 @@ def _collect_keyed(storage: Storage, subtask: int, handle: KeyGroupsHandle, into
     header: StreamHeader = read_keyed_header(storage, handle.stream, list(handle.offsets))
     for state_id, info in enumerate(header.states):
         location = KeyedLocation(subtask, handle.stream, handle.start_key_group, handle.offsets, state_id,
-                                 header.compressed, header.length)
+                                 header.compressed, header.length, len(header.states))
         if info.name in into:
             into[info.name][2].append(location)
         else:
@@ -254,7 +263,15 @@ def _collect_operator(storage: Storage, subtask: int, handle: OperatorStreamHand
     for entry in handle.entries:
         info = infos.get(entry.name)
         if info is None:
-            continue
+            # Its elements would be silently missing from every result: a damaged name or header.
+            file = storage.display(storage.metadata_path if isinstance(handle.stream, InlineStream)
+                                   else handle.stream.path)
+            raise FormatError(f"operator state {entry.name!r} of subtask {subtask} (listed in _metadata) has no "
+                              f"meta info in its stream's header, which declares "
+                              f"{sorted(infos) or 'no states'}", file=file,
+                              offset=handle.stream.offset if isinstance(handle.stream, InlineStream)
+                              else handle.stream.start,
+                              hint="The _metadata file or the state file is damaged")
         last = max(entry.offsets, default=0)
         end = min((o for o in all_offsets if o > last), default=handle.stream.size)
         location = OperatorLocation(subtask, handle.stream, entry.offsets, header.compressed, end)
@@ -293,9 +310,12 @@ def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, loc
             value = TypeDescriptor.of("map", [("key", user_key), ("value", collapse_raw(value.child("value")))])
         else:
             notes.append(f"MapState with a {value.kind} serializer")
-            value = TypeDescriptor.raw(value.describe(), "MapState whose serializer is not a MapSerializer")
+            # An unreadable serializer keeps its own reason (e.g. the unknown class inside it).
+            value = TypeDescriptor.raw(value.describe(), "; ".join(value.raw_reasons())
+                                       or "MapState whose serializer is not a MapSerializer")
     elif state_type == "LIST" and value.kind != "list":
-        value = TypeDescriptor.raw(value.describe(), "ListState whose serializer is not a ListSerializer")
+        value = TypeDescriptor.raw(value.describe(), "; ".join(value.raw_reasons())
+                                   or "ListState whose serializer is not a ListSerializer")
     else:
         value = collapse_raw(value)
     if info.backend_type == "KEY_VALUE_V2":

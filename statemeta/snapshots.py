@@ -28,6 +28,13 @@ FIRST_SIMPLE_SNAPSHOT_VERSION_WITHOUT_NAME = 3
 # RowSerializer snapshots from outer version 3 on record whether rows carry a RowKind.
 FIRST_ROW_SNAPSHOT_WITH_ROW_KIND = 3
 MAX_FIELDS = 1 << 16
+# Serializers and logical types nested deeper than this are damaged data, not a real type (and
+# would otherwise exhaust Python's recursion limit).
+MAX_NESTING = 64
+# Flink's own bounds on the parameters of the table types statecat decodes.
+MAX_DECIMAL_PRECISION = 38
+MAX_TIMESTAMP_PRECISION = 9
+MAX_TYPE_LENGTH = (1 << 31) - 1
 
 
 class UnknownSnapshotError(StatecatError):
@@ -73,6 +80,13 @@ PRIMITIVE_ARRAY_SNAPSHOTS: dict[str, str] = {
                        "Int": "int", "Long": "long", "Short": "short"}.items()
 }
 
+# org.apache.flink.table.types.logical.LogicalTypeRoot (Flink 1.15 to 2.3).
+LOGICAL_TYPE_ROOTS = frozenset((
+    "CHAR", "VARCHAR", "BOOLEAN", "BINARY", "VARBINARY", "DECIMAL", "TINYINT", "SMALLINT", "INTEGER", "BIGINT",
+    "FLOAT", "DOUBLE", "DATE", "TIME_WITHOUT_TIME_ZONE", "TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_TIME_ZONE",
+    "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "INTERVAL_YEAR_MONTH", "INTERVAL_DAY_TIME", "ARRAY", "MULTISET", "MAP", "ROW",
+    "DISTINCT_TYPE", "STRUCTURED_TYPE", "NULL", "RAW", "SYMBOL", "UNRESOLVED", "DESCRIPTOR", "VARIANT",
+))
 # Logical type class roots that come straight from the enum, for LogicalType objects.
 _LOGICAL_ROOTS_WITH_LENGTH = ("CHAR", "VARCHAR", "BINARY", "VARBINARY")
 _LOGICAL_ROOTS_WITH_PRECISION = ("TIME_WITHOUT_TIME_ZONE", "TIMESTAMP_WITHOUT_TIME_ZONE",
@@ -86,6 +100,7 @@ class SnapshotReader:
         self.data = data
         self._header = header
         self._base = base
+        self._depth = 0
 
     # -- envelopes
 
@@ -99,6 +114,15 @@ class SnapshotReader:
         return self.versioned()
 
     def versioned(self) -> TypeDescriptor:
+        self._depth += 1
+        try:
+            if self._depth > MAX_NESTING:
+                raise self.data.error(f"serializer snapshots nested at most {MAX_NESTING} deep", "deeper nesting")
+            return self._versioned()
+        finally:
+            self._depth -= 1
+
+    def _versioned(self) -> TypeDescriptor:
         at = self.data.offset
         class_name = self.data.read_utf()
         version = self.data.read_i32()
@@ -253,11 +277,27 @@ def _enum(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
 
 
 def _decimal_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    return TypeDescriptor.of("decimal_data", precision=reader.data.read_i32(), scale=reader.data.read_i32())
+    at = reader.data.offset
+    precision, scale = reader.data.read_i32(), reader.data.read_i32()
+    _check_decimal(precision, scale, reader.data.name, at)
+    return TypeDescriptor.of("decimal_data", precision=precision, scale=scale)
 
 
 def _timestamp_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    return TypeDescriptor.of("timestamp_data", precision=reader.data.read_i32())
+    at = reader.data.offset
+    precision = reader.data.read_i32()
+    _check_range("timestamp precision", precision, 0, MAX_TIMESTAMP_PRECISION, reader.data.name, at)
+    return TypeDescriptor.of("timestamp_data", precision=precision)
+
+
+def _check_range(what: str, value: object, low: int, high: int, file: str, offset: int | None) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise FormatError(f"expected a {what} in {low}..{high}, got {value!r}", file=file, offset=offset)
+
+
+def _check_decimal(precision: object, scale: object, file: str, offset: int | None) -> None:
+    _check_range("decimal precision", precision, 1, MAX_DECIMAL_PRECISION, file, offset)
+    _check_range("decimal scale", scale, 0, precision, file, offset)
 
 
 def _binary_rowdata(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
@@ -341,28 +381,50 @@ COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor
 
 # ----------------------------------------------------------------------------- logical types
 
-def logical_type(obj: object, data: DataInput) -> TypeDescriptor:
-    """A Java-serialized ``org.apache.flink.table.types.logical.LogicalType`` → descriptor."""
+def logical_type(obj: object, data: DataInput, depth: int = 0) -> TypeDescriptor:
+    """A Java-serialized ``org.apache.flink.table.types.logical.LogicalType`` → descriptor.
+
+    The object graph comes from the file: back-references can make it cyclic and any field can
+    hold any value, so nesting is bounded and every parameter is checked.
+    """
     if not isinstance(obj, dict) or not isinstance(obj.get("typeRoot"), str):
         raise FormatError(f"expected a serialized LogicalType, got {type(obj).__name__}", file=data.name, offset=data.offset)
+    if depth > MAX_NESTING:
+        raise FormatError(f"expected logical types nested at most {MAX_NESTING} deep (a cyclic type?)",
+                          file=data.name, offset=data.offset)
     root = obj["typeRoot"]
+    if root not in LOGICAL_TYPE_ROOTS:
+        # Flink's LogicalTypeRoot is a closed enum: another name is damage (or a Flink newer than
+        # statecat), never a type whose binary layout could be guessed.
+        raise FormatError(f"expected a LogicalTypeRoot, got {root[:64]!r}", file=data.name, offset=data.offset)
     nullable = bool(obj.get("isNullable", True))
     if root in _LOGICAL_ROOTS_WITH_LENGTH:
+        _check_range(f"{root} length", obj.get("length"), 0, MAX_TYPE_LENGTH, data.name, data.offset)
         return TypeDescriptor.of(root, length=obj.get("length"), nullable=nullable)
     if root in _LOGICAL_ROOTS_WITH_PRECISION:
+        _check_range(f"{root} precision", obj.get("precision"), 0, MAX_TIMESTAMP_PRECISION, data.name, data.offset)
         return TypeDescriptor.of(root, precision=obj.get("precision"), nullable=nullable)
     if root == "DECIMAL":
+        _check_decimal(obj.get("precision"), obj.get("scale"), data.name, data.offset)
         return TypeDescriptor.of(root, precision=obj.get("precision"), scale=obj.get("scale"), nullable=nullable)
     if root in ("ARRAY", "MULTISET"):
-        return TypeDescriptor.of(root, [("element", logical_type(obj.get("elementType"), data))], nullable=nullable)
+        return TypeDescriptor.of(root, [("element", logical_type(obj.get("elementType"), data, depth + 1))],
+                                 nullable=nullable)
     if root == "MAP":
-        return TypeDescriptor.of(root, [("key", logical_type(obj.get("keyType"), data)),
-                                        ("value", logical_type(obj.get("valueType"), data))], nullable=nullable)
+        return TypeDescriptor.of(root, [("key", logical_type(obj.get("keyType"), data, depth + 1)),
+                                        ("value", logical_type(obj.get("valueType"), data, depth + 1))],
+                                 nullable=nullable)
     if root == "ROW":
-        fields = [(f.get("name"), logical_type(f.get("type"), data)) for f in java_list(obj.get("fields"))]
-        return TypeDescriptor.of(root, fields, nullable=nullable)
+        try:
+            fields = java_list(obj.get("fields"))
+        except TypeError as exc:
+            raise FormatError(f"expected the fields of a ROW type: {exc}", file=data.name, offset=data.offset) from exc
+        if not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields):
+            raise FormatError("expected ROW fields with names", file=data.name, offset=data.offset)
+        return TypeDescriptor.of(root, [(f["name"], logical_type(f.get("type"), data, depth + 1)) for f in fields],
+                                 nullable=nullable)
     if root == "DISTINCT_TYPE":
-        return logical_type(obj.get("sourceType"), data)
+        return logical_type(obj.get("sourceType"), data, depth + 1)
     if root in ("RAW", "STRUCTURED_TYPE", "SYMBOL", "UNRESOLVED", "INTERVAL_YEAR_MONTH", "INTERVAL_DAY_TIME",
                 "TIMESTAMP_WITH_TIME_ZONE", "DESCRIPTOR", "VARIANT"):
         if root == "INTERVAL_YEAR_MONTH":

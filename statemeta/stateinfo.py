@@ -34,9 +34,13 @@ from statecat.statemeta.metadata import (
     OperatorStreamHandle,
     StreamHandle,
     SubtaskState,
+    MAX_KEY_GROUPS,
     UnsupportedKeyedHandle,
+    check_key_group_offsets,
+    check_operator_offsets,
 )
 from statecat.statemeta.model import (
+    STATE_KINDS,
     KeyedLocation,
     OperatorLocation,
     OperatorMeta,
@@ -46,7 +50,7 @@ from statecat.statemeta.model import (
     table_name,
 )
 from statecat.statemeta.snapshots import PRIMITIVE_ARRAY_SNAPSHOTS, SIMPLE_SNAPSHOTS
-from statecat.statemeta.storage import METADATA_FILE, Storage, open_storage
+from statecat.statemeta.storage import METADATA_FILE, Storage, open_regular_file, open_storage
 from statecat.statemeta.types import TypeDescriptor
 
 STATE_INFO_FILE = "stateInfo"
@@ -55,6 +59,8 @@ FORMAT_VERSION = 1
 # Fields that change on every write without changing what the document says.
 VOLATILE_FIELDS = ("written_at",)
 HASH_CHUNK = 1 << 20
+# A stateInfo larger than this is not one statecat wrote (real ones are KBs to a few MB).
+MAX_STATE_INFO_BYTES = 256 << 20
 
 # ----------------------------------------------------------------------------- serializer classes
 
@@ -279,10 +285,10 @@ def _location_json(storage: Storage, loc, subtask: SubtaskState | None) -> dict:
     if isinstance(loc, KeyedLocation):
         if subtask is not None and _same_keyed(subtask.managed_keyed, loc):
             return {"subtask": loc.subtask, "handle": "managed_keyed", "state_id": loc.state_id,
-                    "compressed": loc.compressed, "header_length": loc.header_length}
+                    "state_count": loc.state_count, "compressed": loc.compressed, "header_length": loc.header_length}
         return {"subtask": loc.subtask, "handle": None, "type": "keyed", "stream": _stream_json(storage, loc.stream),
                 "start_key_group": loc.start_key_group, "offsets": list(loc.offsets), "state_id": loc.state_id,
-                "compressed": loc.compressed, "header_length": loc.header_length}
+                "state_count": loc.state_count, "compressed": loc.compressed, "header_length": loc.header_length}
     entry = _operator_entry(subtask, loc)
     if entry is not None:
         return {"subtask": loc.subtask, "handle": "managed_operator", "entry": entry, "compressed": loc.compressed,
@@ -327,6 +333,9 @@ def from_state_info(doc: dict, storage: Storage) -> StateMeta:
         operators_meta = []
         for op in doc["operators"]:
             subtasks = tuple(_subtask_from(storage, s) for s in op["handles"])
+            if not (isinstance(op["max_parallelism"], int) and 0 < op["max_parallelism"] <= MAX_KEY_GROUPS):
+                raise ValueError(f"max parallelism {op['max_parallelism']!r} outside 1..{MAX_KEY_GROUPS}")
+            _natural(op["parallelism"], "parallelism")
             raw = OperatorState(op["id"], op["uid"], op["name"], op["parallelism"], op["max_parallelism"],
                                 _stream_from(storage, op["coordinator"]), subtasks, op["finished"],
                                 tuple(op["finished_subtasks"]))
@@ -334,7 +343,7 @@ def from_state_info(doc: dict, storage: Storage) -> StateMeta:
             if not op.get("in_state_meta", True):
                 continue
             by_index = {s.index: s for s in subtasks}
-            states = tuple(_state_from(storage, op["id"], s, by_index) for s in op["states"])
+            states = tuple([_state_from(storage, op["id"], s, by_index, raw.max_parallelism) for s in op["states"]])
             operators_meta.append(OperatorMeta(op["id"], op["uid"], op["name"], op["parallelism"],
                                                op["max_parallelism"], states, op["coordinator_bytes"],
                                                tuple(op["unsupported"])))
@@ -342,7 +351,7 @@ def from_state_info(doc: dict, storage: Storage) -> StateMeta:
             storage, sp["metadata_version"], sp["checkpoint_id"],
             tuple(MasterState(m["name"], m["version"], m["size"]) for m in doc["master_states"]),
             tuple(operators_raw), sp["checkpoint_type"], sp["savepoint_format"], sp["metadata_file"]["size"])
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError, StopIteration, RecursionError) as exc:
         raise FormatError(f"stateInfo does not follow format version {FORMAT_VERSION}: {exc!r}",
                           file=storage.uri, hint="Write it again with `statecat snapshot`") from exc
     return StateMeta(storage, metadata, tuple(operators_meta))
@@ -357,14 +366,34 @@ def _check_format(doc: dict, where: str) -> None:
 
 
 def _stream_from(storage: Storage, data: dict | None) -> StreamHandle | None:
+    """A stream handle of the document, checked like one parsed from ``_metadata``.
+
+    The document is not trusted more than ``_metadata``: its paths go through the same
+    resolution (relative ones stay inside the savepoint; every file is confined when opened) and
+    its sizes and offsets must be non-negative integers.
+    """
     if data is None:
         return None
-    if data["kind"] == "inline":
-        return InlineStream(data["name"], data["offset"], data["length"])
-    path = data["path"]
-    if data["kind"] == "relative":
+    kind = data["kind"]
+    if kind == "inline":
+        return InlineStream(str(data["name"]), _natural(data["offset"], "inline offset"),
+                            _natural(data["length"], "inline length"))
+    path, size, start = data["path"], _natural(data["size"], "stream size"), _natural(data["start"], "stream start")
+    if not isinstance(path, str):
+        raise TypeError(f"stream path {path!r} is not a string")
+    if kind == "relative":
         path = storage.resolve_relative(path)
-    return FileStream(path, data["size"], data["kind"], data["start"])
+    elif kind in ("file", "segment"):
+        path = path if "://" in path else storage.resolve_absolute(path)
+    else:
+        raise ValueError(f"unknown stream kind {kind!r}")
+    return FileStream(path, size, kind, start)
+
+
+def _natural(value, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"{what} {value!r} is not a non-negative integer")
+    return value
 
 
 def _subtask_from(storage: Storage, data: dict) -> SubtaskState:
@@ -378,8 +407,10 @@ def _keyed_handle_from(storage: Storage, data: dict | None):
     if data is None:
         return None
     if data["type"] == "key_groups":
-        return KeyGroupsHandle(data["kind"], data["start_key_group"], tuple(data["offsets"]),
-                               _stream_from(storage, data["stream"]))
+        handle = KeyGroupsHandle(data["kind"], _natural(data["start_key_group"], "start key-group"),
+                                 tuple(data["offsets"]), _stream_from(storage, data["stream"]))
+        check_key_group_offsets(handle.offsets, handle.stream.size, storage.display(storage.metadata_path), None)
+        return handle
     return UnsupportedKeyedHandle(data["kind"], data["start_key_group"], data["num_key_groups"], data["size"],
                                   data["reason"])
 
@@ -388,32 +419,65 @@ def _operator_handle_from(storage: Storage, data: dict | None) -> OperatorStream
     if data is None:
         return None
     entries = tuple(OperatorStateEntry(e["name"], e["mode"], tuple(e["offsets"])) for e in data["entries"])
-    return OperatorStreamHandle(entries, _stream_from(storage, data["stream"]), data["kind"])
+    stream = _stream_from(storage, data["stream"])
+    for entry in entries:
+        check_operator_offsets(entry, stream.size, storage.display(storage.metadata_path), None)
+    return OperatorStreamHandle(entries, stream, data["kind"])
 
 
 def _type_from(data: dict | None) -> TypeDescriptor | None:
     return None if data is None else TypeDescriptor.from_json(data["type"])
 
 
-def _state_from(storage: Storage, operator_id: str, data: dict, subtasks: dict[int, SubtaskState]) -> StateInfo:
+def _state_from(storage: Storage, operator_id: str, data: dict, subtasks: dict[int, SubtaskState],
+                max_parallelism: int) -> StateInfo:
+    if data["kind"] not in STATE_KINDS or not isinstance(data["name"], str):
+        raise ValueError(f"state {data['name']!r} has unknown kind {data['kind']!r}")
+    keyed = data["kind"] in ("keyed", "timer")
     locations = []
     for loc in data["locations"]:
+        subtask = loc["subtask"]
+        if subtask is not None:
+            _natural(subtask, "subtask")
         if loc["handle"] == "managed_keyed":
-            handle = subtasks[loc["subtask"]].managed_keyed
-            locations.append(KeyedLocation(loc["subtask"], handle.stream, handle.start_key_group, handle.offsets,
-                                           loc["state_id"], loc["compressed"], loc["header_length"]))
+            handle = subtasks[subtask].managed_keyed
+            if not isinstance(handle, KeyGroupsHandle):
+                raise ValueError(f"subtask {subtask} has no key-groups handle")
+            stream, start, offsets = handle.stream, handle.start_key_group, handle.offsets
         elif loc["handle"] == "managed_operator":
-            handle = subtasks[loc["subtask"]].managed_operator
-            entry = next(e for e in handle.entries if e.name == loc["entry"])
-            locations.append(OperatorLocation(loc["subtask"], handle.stream, entry.offsets, loc["compressed"],
-                                              loc["end"]))
-        elif loc["type"] == "keyed":
-            locations.append(KeyedLocation(loc["subtask"], _stream_from(storage, loc["stream"]), loc["start_key_group"],
-                                           tuple(loc["offsets"]), loc["state_id"], loc["compressed"],
-                                           loc["header_length"]))
+            handle = subtasks[subtask].managed_operator
+            entries = [e for e in handle.entries if e.name == loc["entry"]]
+            if len(entries) != 1:
+                raise ValueError(f"subtask {subtask} has no operator state entry {loc['entry']!r}")
+            stream, offsets = handle.stream, entries[0].offsets
+        elif loc["type"] in ("keyed", "operator"):
+            stream = _stream_from(storage, loc["stream"])
+            offsets = tuple(loc["offsets"])
+            if loc["type"] == "keyed":
+                start = _natural(loc["start_key_group"], "start key-group")
+                check_key_group_offsets(offsets, stream.size, storage.display(storage.metadata_path), None)
+            elif not all(isinstance(o, int) and 0 <= o <= stream.size for o in offsets):
+                raise ValueError(f"operator state offsets {offsets} outside their {stream.size}-byte stream")
         else:
-            locations.append(OperatorLocation(loc["subtask"], _stream_from(storage, loc["stream"]),
-                                              tuple(loc["offsets"]), loc["compressed"], loc["end"]))
+            raise ValueError(f"unknown location type {loc['type']!r}")
+        if keyed != (loc["handle"] == "managed_keyed" or loc.get("type") == "keyed"):
+            raise ValueError(f"a {data['kind']} state with a location of another kind")
+        if not isinstance(loc["compressed"], bool):
+            raise ValueError(f"compressed {loc['compressed']!r} is not a boolean")
+        if keyed:
+            if start + len(offsets) > max_parallelism:
+                raise ValueError(f"key-groups {start}..{start + len(offsets) - 1} beyond max parallelism {max_parallelism}")
+            state_count = _natural(loc["state_count"], "state count")
+            if not _natural(loc["state_id"], "state id") < state_count:
+                raise ValueError(f"state id {loc['state_id']} not below the header's {state_count} states")
+            header_length = _natural(loc["header_length"], "header length")
+            locations.append(KeyedLocation(subtask, stream, start, offsets, loc["state_id"], loc["compressed"],
+                                           header_length, state_count))
+        else:
+            end = _natural(loc["end"], "end")
+            if end > stream.size or any(o > end for o in offsets):
+                raise ValueError(f"operator state end {end} outside its stream or before its elements")
+            locations.append(OperatorLocation(subtask, stream, offsets, loc["compressed"], end))
     return StateInfo(operator_id, data["name"], data["kind"], data["state_type"], _type_from(data["key"]),
                      _type_from(data["namespace"]), _type_from(data["value"]), _type_from(data["user_key"]),
                      tuple(locations), dict(data["serializer_snapshots"]), tuple(data["notes"]))
@@ -468,7 +532,7 @@ def write_state_info(meta: StateMeta, output_dir: str | None = None, *, descript
     """
     filesystem, path = state_info_location(meta.storage, output_dir)
     doc = to_state_info(meta, descriptors=descriptors)
-    existing = _read_json(filesystem, path)
+    existing = _read_json(filesystem, path, meta.storage if output_dir is None else None)
     if existing is not None and _comparable(existing) == _comparable(doc):
         return WriteResult(path, False, existing)
     _atomic_write(filesystem, path, render(doc).encode("utf-8"))
@@ -479,15 +543,26 @@ def _comparable(doc: dict) -> dict:
     return {k: v for k, v in doc.items() if k not in VOLATILE_FIELDS}
 
 
-def _read_json(filesystem: pafs.FileSystem, path: str) -> dict | None:
+def _read_json(filesystem: pafs.FileSystem, path: str, storage: Storage | None = None) -> dict | None:
+    """The JSON document at ``path``, or None when it is missing, not a regular file, too large or damaged.
+
+    A savepoint's own stateInfo (``storage`` given) is read under the savepoint's confinement: a
+    symbolic link named stateInfo that leaves the directory reads as no stateInfo.
+    """
     try:
-        with filesystem.open_input_stream(path) as stream:
+        if storage is not None:
+            stream = storage.open(path)
+        else:
+            stream = open_regular_file(filesystem, path, path)
+        with stream:
+            if stream.file_size > MAX_STATE_INFO_BYTES:
+                return None
             data = stream.read()
-    except (FileNotFoundError, OSError):
+    except (StatecatError, OSError):
         return None
     try:
         doc = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None  # damaged: rewritten by the caller
     return doc if isinstance(doc, dict) else None
 
@@ -565,7 +640,7 @@ def read_state_info(state_info: str | None = None, savepoint: str | Storage | No
         storage = savepoint if isinstance(savepoint, Storage) else open_storage(savepoint)
     if state_info is None:
         state_info = storage.uri if "://" in storage.uri else storage.directory
-        doc = _read_json(storage.filesystem, posixpath.join(storage.directory, STATE_INFO_FILE))
+        doc = _read_json(storage.filesystem, posixpath.join(storage.directory, STATE_INFO_FILE), storage)
         if doc is None:
             raise SavepointNotFoundError("the savepoint has no readable stateInfo", file=storage.uri,
                                          hint="Write one with `statecat snapshot SAVEPOINT`")
@@ -588,7 +663,7 @@ def load_fresh_state_info(storage: Storage, state_info: str | None = None) -> St
     """
     try:
         if state_info is None:
-            doc = _read_json(storage.filesystem, posixpath.join(storage.directory, STATE_INFO_FILE))
+            doc = _read_json(storage.filesystem, posixpath.join(storage.directory, STATE_INFO_FILE), storage)
         else:
             doc = read_state_info_file(state_info)
         if doc is None or doc.get("format") != FORMAT_NAME or doc.get("format_version") != FORMAT_VERSION:

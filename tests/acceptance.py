@@ -160,7 +160,7 @@ def check_key_groups(case_dir: Path) -> int:
         for location in state.locations:
             for key_group, data, file, base in scanner._key_groups(location, None):
                 columns = ([], [], [])
-                scanner._decode_key_group(key_group, data, location.state_id, columns, file, base, None)
+                scanner._decode_key_group(key_group, data, location, columns, file, base, None)
                 for key in columns[0]:
                     assert key_group_for(key, state.key, op.max_parallelism) == key_group, (state.name, key)
                     checked += 1

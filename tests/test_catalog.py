@@ -103,7 +103,7 @@ def reader_rows(table, columns, entries=()):
 # ----------------------------------------------------------------------------- naming (no Spark)
 
 def test_database_names_are_readable_stable_and_collision_free(tmp_path):
-    from statecat.catalog.databases import readable_name, unique_name
+    from statecat.catalog.discovery import readable_name, unique_name
 
     root = str(CASES_DIR)
     path = str(savepoint_dir(GROUPBY_CASE))
@@ -118,7 +118,7 @@ def test_database_names_are_readable_stable_and_collision_free(tmp_path):
 
 
 def test_savepoints_are_found_under_local_paths_and_uris():
-    from statecat.catalog.databases import discover_savepoints, readable_name
+    from statecat.catalog.discovery import discover_savepoints, readable_name
 
     local = discover_savepoints(str(CASES_DIR))
     assert set(SQL_CASES) <= {Path(p).parent.name for p in local}
@@ -129,7 +129,7 @@ def test_savepoints_are_found_under_local_paths_and_uris():
 
 
 def test_sqlglot_finds_the_databases_a_query_names():
-    from statecat.catalog.databases import referenced_databases, split_statements
+    from statecat.catalog.queries import referenced_databases, split_statements
 
     databases, tables = referenced_databases(
         "WITH x AS (SELECT 1) SELECT * FROM a.t1 JOIN x ON TRUE WHERE k IN (SELECT k FROM B.t2); "
@@ -419,7 +419,7 @@ def test_missing_state_file_at_query_time_names_savepoint_operator_and_state(spa
     assert f"savepoint {savepoint}" in message
     assert "operator GroupAggregate[3]" in message and "state 'accState'" in message
     assert "state file referenced by _metadata is missing" in message
-    from statecat.catalog.cmd_sql import spark_error_message
+    from statecat.catalog.spark_errors import spark_error_message
 
     line = spark_error_message(info.value)  # what `statecat sql` prints
     assert line.startswith(f"cannot read savepoint {savepoint}, operator GroupAggregate[3], state 'accState': "

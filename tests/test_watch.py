@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -37,6 +38,10 @@ def _finish_metadata(case: str, dest: Path) -> None:
     have = (dest / "_metadata").stat().st_size
     with open(dest / "_metadata", "ab") as f:
         f.write(full[have:])
+
+
+def _state_files(savepoint: Path) -> list[Path]:
+    return sorted(p for p in savepoint.iterdir() if p.name not in ("_metadata", STATE_INFO_FILE))
 
 
 def _kinds(events):
@@ -86,43 +91,177 @@ def test_each_savepoint_gets_exactly_one_state_info(tmp_path):
     assert {p: p.stat().st_mtime_ns for p in root.rglob(STATE_INFO_FILE)} == stamps
 
 
-def test_corrupt_partial_and_unreadable_savepoints_are_reported_and_skipped(tmp_path, caplog):
+def test_corrupt_and_unreadable_savepoints_are_skipped_and_partial_ones_waited_for(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="statecat.watch")
     root = tmp_path / "root"
     root.mkdir()
     good = _place(GOOD[0], root / "savepoint-good")
     corrupt = root / "savepoint-corrupt"
     corrupt.mkdir()
     (corrupt / "_metadata").write_bytes(b"garbage, not a _metadata file" * 10)
-    # partial: a state file the _metadata refers to is missing
+    # partial: a state file the _metadata refers to is missing (still being copied)
     partial = _place(GOOD[0], root / "savepoint-partial")
-    state_files = [p for p in partial.iterdir() if p.name not in ("_metadata",)]
+    state_files = _state_files(partial)
     assert state_files
+    held_back = state_files[0].read_bytes()
     state_files[0].unlink()
     # unreadable: a state file that is a directory (root ignores file modes, so chmod would not do)
     unreadable = _place(GOOD[0], root / "savepoint-unreadable")
-    victim = next(p for p in unreadable.iterdir() if p.name != "_metadata")
+    victim = _state_files(unreadable)[0]
     victim.unlink()
     victim.mkdir()
     watcher = Watcher([str(root)])
-    events = _until(watcher, lambda ev: len({e.path for e in ev if e.kind in ("snapshot", "skipped")}) == 4)
-    kinds = {Path(e.path).name: e.kind for e in events if e.kind in ("snapshot", "skipped")}
+    events = _until(watcher, lambda ev: len({e.path for e in ev if e.kind in ("snapshot", "skipped", "incomplete")})
+                    == 4)
+    kinds = {Path(e.path).name: e.kind for e in events if e.kind in ("snapshot", "skipped", "incomplete")}
     assert kinds == {"savepoint-good": "snapshot", "savepoint-corrupt": "skipped",
-                     "savepoint-partial": "skipped", "savepoint-unreadable": "skipped"}
+                     "savepoint-partial": "incomplete", "savepoint-unreadable": "skipped"}
     assert (good / STATE_INFO_FILE).is_file()
     for bad in (corrupt, partial, unreadable):
         assert not (bad / STATE_INFO_FILE).exists()
     logged = caplog.text
     assert "savepoint-corrupt" in logged and "magic" in logged
-    assert "missing" in logged
-    # skipped ones are not retried (nor re-logged) while their _metadata stays the same
+    assert "not a regular file" in logged
+    assert f"waiting for {partial}" in logged and "missing" in logged
+    # skipped ones are not retried (nor re-logged) while their _metadata stays the same; the
+    # partial one is looked at again (a stat per state file) but logged once
     caplog.clear()
-    assert not [e for e in watcher.poll() + watcher.poll() if e.kind in ("skipped", "snapshot")]
-    assert "skipping" not in caplog.text
+    again = watcher.poll() + watcher.poll()
+    assert [(e.kind, Path(e.path).name) for e in again] == [("incomplete", "savepoint-partial")] * 2
+    assert caplog.text == ""
+    # the missing file arrives: the partial savepoint is processed, once
+    state_files[0].write_bytes(held_back)
+    events = _until(watcher, lambda ev: ("snapshot", "savepoint-partial") in _kinds(ev))
+    assert read_state_info(savepoint=str(partial)) == load_state_meta(str(partial), use_state_info=False)
     # a repaired one is picked up
     shutil.rmtree(corrupt)
     _place(GOOD[3], corrupt)
     events = _until(watcher, lambda ev: ("snapshot", "savepoint-corrupt") in _kinds(ev))
     assert (corrupt / STATE_INFO_FILE).is_file()
+    assert [e.kind for e in watcher.poll() + watcher.poll()] == []  # unreadable stays skipped, silently
+
+
+# Savepoints copied into a watched directory file by file, in the orders a copy tool or a store may
+# use. Fixture cases with state files next to _metadata, in two _metadata versions.
+COPIED = ("sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_1.20")
+
+
+def _quiet_polls(watcher: Watcher, savepoint: Path, polls: int = 3) -> list[str]:
+    """Polls a few times; the savepoint must get no stateInfo. Returns its event kinds."""
+    kinds = [e.kind for _ in range(polls) for e in watcher.poll() if e.path == str(savepoint)]
+    assert not (savepoint / STATE_INFO_FILE).exists()
+    assert "snapshot" not in kinds and "unchanged" not in kinds
+    return kinds
+
+
+def _processed_once(watcher: Watcher, savepoint: Path, case: str) -> None:
+    """The savepoint gets its stateInfo within a few polls, exactly once, with the right content."""
+    events = _until(watcher, lambda ev: any(e.kind == "snapshot" for e in ev))
+    events += watcher.poll() + watcher.poll() + watcher.poll()
+    assert [e.kind for e in events if e.path == str(savepoint) and e.kind in ("snapshot", "unchanged")] \
+        == ["snapshot"]
+    stamp = (savepoint / STATE_INFO_FILE).stat().st_mtime_ns
+    assert not [e for e in watcher.poll() + watcher.poll() if e.path == str(savepoint)]
+    assert (savepoint / STATE_INFO_FILE).stat().st_mtime_ns == stamp
+    assert read_state_info(savepoint=str(savepoint)) == load_state_meta(str(savepoint), use_state_info=False)
+    assert sorted(p.name for p in _state_files(savepoint)) == sorted(p.name for p in _state_files(savepoint_dir(case)))
+
+
+@pytest.mark.parametrize("case", COPIED)
+def test_metadata_copied_first_waits_for_every_state_file(tmp_path, case):
+    source, savepoint = savepoint_dir(case), tmp_path / "root" / "savepoint-copy"
+    savepoint.mkdir(parents=True)
+    shutil.copyfile(source / "_metadata", savepoint / "_metadata")
+    watcher = Watcher([str(tmp_path / "root")])
+    files = _state_files(source)
+    assert len(files) >= 2
+    for f in files:
+        assert "incomplete" in _quiet_polls(watcher, savepoint)
+        shutil.copyfile(f, savepoint / f.name)
+    _processed_once(watcher, savepoint, case)
+
+
+@pytest.mark.parametrize("case", COPIED)
+def test_metadata_copied_last_is_processed_once_it_arrives(tmp_path, case):
+    source, savepoint = savepoint_dir(case), tmp_path / "root" / "savepoint-copy"
+    savepoint.mkdir(parents=True)
+    watcher = Watcher([str(tmp_path / "root")])
+    for f in _state_files(source):
+        assert _quiet_polls(watcher, savepoint) == []  # no _metadata: not a savepoint yet
+        shutil.copyfile(f, savepoint / f.name)
+    shutil.copyfile(source / "_metadata", savepoint / "_metadata")
+    _processed_once(watcher, savepoint, case)
+
+
+@pytest.mark.parametrize("case", COPIED)
+def test_metadata_written_in_pieces_is_processed_when_whole(tmp_path, case):
+    source, savepoint = savepoint_dir(case), tmp_path / "root" / "savepoint-copy"
+    savepoint.mkdir(parents=True)
+    data = (source / "_metadata").read_bytes()
+    watcher = Watcher([str(tmp_path / "root")])
+    # _metadata grows in three pieces, before its state files are there, then they arrive
+    for end in (len(data) // 3, 2 * len(data) // 3):
+        (savepoint / "_metadata").write_bytes(data[:end])
+        kinds = _quiet_polls(watcher, savepoint)
+        assert kinds.count("skipped") == 1  # a cut _metadata does not parse: reported once per change
+    (savepoint / "_metadata").write_bytes(data)
+    assert "incomplete" in _quiet_polls(watcher, savepoint)
+    for f in _state_files(source):
+        shutil.copyfile(f, savepoint / f.name)
+    _processed_once(watcher, savepoint, case)
+
+
+@pytest.mark.parametrize("case", COPIED)
+def test_truncated_state_files_are_waited_for(tmp_path, case):
+    source, savepoint = savepoint_dir(case), tmp_path / "root" / "savepoint-copy"
+    savepoint.mkdir(parents=True)
+    files = _state_files(source)
+    for f in files:
+        (savepoint / f.name).write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    shutil.copyfile(source / "_metadata", savepoint / "_metadata")
+    watcher = Watcher([str(tmp_path / "root")])
+    for f in files:
+        kinds = _quiet_polls(watcher, savepoint)
+        assert "incomplete" in kinds and "skipped" not in kinds
+        with open(savepoint / f.name, "ab") as out:  # the writer finishes this file
+            out.write(f.read_bytes()[f.stat().st_size // 2:])
+    _processed_once(watcher, savepoint, case)
+
+
+def test_a_state_file_one_byte_short_is_incomplete(tmp_path):
+    """The check is exact: every byte the handles record must be there."""
+    from statecat.statemeta.completeness import required_sizes, shortfalls
+    from statecat.statemeta.metadata import read_metadata
+    from statecat.statemeta.storage import open_storage
+
+    savepoint = _place(COPIED[0], tmp_path / "savepoint-x")
+    storage = open_storage(str(savepoint))
+    needed = required_sizes(read_metadata(storage))
+    assert {Path(p).name for p in needed} == {p.name for p in _state_files(savepoint)}
+    assert shortfalls(storage, needed) == []
+    victim = next(Path(p) for p in needed)
+    assert needed[str(victim)] == victim.stat().st_size  # the handles cover the whole file
+    with open(victim, "r+b") as f:
+        f.truncate(victim.stat().st_size - 1)
+    [short] = shortfalls(storage, needed)
+    assert (short.path, short.needed, short.actual) == (str(victim), needed[str(victim)], needed[str(victim)] - 1)
+    victim.unlink()
+    [short] = shortfalls(storage, needed)
+    assert short.actual is None and "missing" in str(short)
+
+
+def test_a_corrupt_savepoint_does_not_stop_the_watcher(tmp_path, caplog):
+    """Damage found only when the state is read (the snapshot), after the completeness check."""
+    root = tmp_path / "root"
+    damaged = _place(COPIED[0], root / "savepoint-damaged")
+    for f in _state_files(damaged):  # full length, wrong bytes
+        f.write_bytes(b"\xff" * f.stat().st_size)
+    watcher = Watcher([str(root)])
+    events = _until(watcher, lambda ev: any(e.kind == "skipped" for e in ev))
+    assert not (damaged / STATE_INFO_FILE).exists() and "savepoint-damaged" in caplog.text
+    good = _place(COPIED[1], root / "savepoint-good")
+    _processed_once(watcher, good, COPIED[1])
+    assert not [e for e in events + watcher.poll() if e.path == str(damaged) and e.kind == "snapshot"]
 
 
 def test_output_dir_mirrors_the_roots(tmp_path):

@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from statecat.catalog.cmd_watch import Watcher, catalog_registrar
-from statecat.catalog.databases import registered
+from statecat.catalog.registry import registered
 from tests.fixtures.expected import savepoint_dir
 
 pytestmark = pytest.mark.spark

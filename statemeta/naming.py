@@ -1,0 +1,72 @@
+"""Stable names for a savepoint's states: the same logical state gets the same name in every
+savepoint of a job whose plan did not change that state.
+
+Flink's operator names carry plan counters (``GroupAggregate[7]``) that move when an unrelated part
+of a SQL plan changes, and Flink 1.x ``_metadata`` keeps neither names nor uids. So a state is named
+by what survives both: its state name (``accState`` → ``accstate``). Only where the same state
+name occurs in several operators of a savepoint (timers, ``SourceReaderState``) is it qualified
+with its operator: the uid when there is one, else the operator's kind, its name without plan
+counters (``Source: orders[3]`` → ``source_orders``), else (no uid, no name) its id's first 8 hex
+digits; a name still shared after that gets the operator id's first 8 hex digits appended.
+
+Names depend only on the savepoint's operators and state names, never on the order they are
+listed in, so the same plan always gives the same names.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+
+from statecat.statemeta.model import STATE_META_TABLE, OperatorMeta, StateMeta, sql_name
+
+# SQL plan counters: ``GroupAggregate[7]``, ``Source: orders[3]``, ``snk[4]: Writer``.
+_PLAN_COUNTER = re.compile(r"\[\d+\]")
+# Names lake/catalog tables of statecat's own use; a state never takes one of them.
+RESERVED_NAMES = frozenset({STATE_META_TABLE, "snapshots", "state_stats"})
+
+
+def operator_kind(op: OperatorMeta) -> str:
+    """A readable, plan-counter-free name of the operator: uid, else name without counters, else id."""
+    if op.uid:
+        return sql_name(op.uid)
+    if op.name:
+        return sql_name(_PLAN_COUNTER.sub("", op.name))
+    return f"op_{op.id[:8]}"
+
+
+def stable_state_names(meta: StateMeta) -> dict[tuple[str, str], str]:
+    """(operator id, state name) → a stable, SQL-safe table name for every state of the savepoint."""
+    by_state: dict[str, list[tuple[OperatorMeta, str]]] = defaultdict(list)
+    for op, state in meta.states():
+        by_state[sql_name(state.name)].append((op, state.name))
+    names: dict[tuple[str, str], str] = {}
+    candidates: dict[str, list[tuple[str, str, str]]] = defaultdict(list)  # name -> (op id, state, base)
+    for base, owners in by_state.items():
+        shared = len(owners) > 1 or base in RESERVED_NAMES
+        for op, state_name in owners:
+            name = f"{operator_kind(op)}__{base}" if shared else base
+            candidates[name].append((op.id, state_name, name))
+    for name, owners in candidates.items():
+        if len(owners) == 1:
+            op_id, state_name, _ = owners[0]
+            names[(op_id, state_name)] = name
+            continue
+        # Two operators of the same kind (e.g. two GROUP BYs): the operator id tells them apart.
+        for op_id, state_name, base in sorted(owners):
+            names[(op_id, state_name)] = f"{base}_{op_id[:8]}"
+    return _deduplicated(names)
+
+
+def _deduplicated(names: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+    # Left only by state names that differ in characters SQL names drop ("a-b", "a_b" of one operator).
+    used: set[str] = set()
+    unique = {}
+    for owner in sorted(names):
+        name, suffix = names[owner], 2
+        while name in used:
+            name = f"{names[owner]}_{suffix}"
+            suffix += 1
+        used.add(name)
+        unique[owner] = name
+    return unique
