@@ -113,6 +113,11 @@ class Lake:
             return None
         return DeltaTable(uri, storage_options=self.storage_options)
 
+    def read(self, name: str) -> pa.Table | None:
+        """The whole of a (small) lake table, or None when none was written yet."""
+        table = self.open(name)
+        return None if table is None else read_delta(table)
+
     def state_tables(self) -> list[str]:
         """Names of the state tables written so far (listed from LAKE/states/)."""
         import pyarrow.fs as pafs
@@ -120,6 +125,18 @@ class Lake:
         filesystem, base = filesystem_for(self.table_uri(STATES_DIR))
         infos = filesystem.get_file_info(pafs.FileSelector(base, allow_not_found=True))
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+
+
+def read_delta(table) -> pa.Table:
+    """A Delta table's rows through deltalake's own engine.
+
+    Not through ``to_pyarrow_table()``: a process that scanned with pyarrow's dataset threads next to
+    deltalake's runtime sometimes aborts at exit ("terminate called without an active exception").
+    """
+    from deltalake import QueryBuilder
+
+    reader = QueryBuilder().register("t", table).execute("SELECT * FROM t")
+    return pa.RecordBatchReader.from_stream(reader).read_all()
 
 
 def storage_options_for(uri: str) -> dict[str, str] | None:

@@ -178,6 +178,7 @@ class Materializer:
         self.descriptors = descriptors
         self.on_result = on_result
         self._commits = 0
+        self._known: dict[str, dict] | None = None  # snapshots rows, cached by materialize_path
         self._crash_after = int(os.environ.get(CRASH_AFTER_COMMITS_ENV, "0") or 0)
 
     def run(self, paths: list[str]) -> MaterializeResult:
@@ -211,9 +212,15 @@ class Materializer:
                                                     "older than what --keep/--keep-days retains"))
                 continue
             self._report(result, self.materialize_one(cand))
-        if self.retention.active:
-            result.removed = self.apply_retention()
-        result.orphans_deleted = self.delete_orphans()
+        from deltalake.exceptions import DeltaError
+
+        try:
+            if self.retention.active:
+                result.removed = self.apply_retention()
+            result.orphans_deleted = self.delete_orphans()
+        except (DeltaError, OSError) as exc:
+            raise StatecatError(f"cannot clean up the lake {self.lake.uri}: {_first_line(exc)}",
+                                hint="Its snapshots are written; the next run retries the clean-up") from exc
         return result
 
     def materialize_path(self, uri: str) -> SnapshotResult:
@@ -222,10 +229,18 @@ class Materializer:
             cand = identify(uri)
         except (StatecatError, OSError) as exc:
             return SnapshotResult(uri, None, "failed", str(exc))
-        row = self.snapshot_rows().get(cand.snapshot_id)
+        if self._known is None:  # read once: a watcher calls this for every savepoint it finds
+            self._known = self.snapshot_rows()
+        row = self._known.get(cand.snapshot_id)
         if row is not None and not self._retry(row):
             return SnapshotResult(uri, cand.snapshot_id, "skipped", f"already in the lake ({row['status']})")
-        return self.materialize_one(cand)
+        result = self.materialize_one(cand)
+        if result.outcome != "failed":
+            from statecat import __version__
+
+            status = "complete" if result.outcome == "written" else result.outcome
+            self._known[cand.snapshot_id] = {"status": status, "statecat_version": __version__}
+        return result
 
     def _report(self, result: MaterializeResult, item: SnapshotResult) -> None:
         result.snapshots.append(item)
@@ -395,7 +410,9 @@ class Materializer:
 
         from statecat import __version__
 
-        row = {"snapshot_id": cand.snapshot_id, "path": cand.storage.uri, "checkpoint_id": meta.checkpoint_id,
+        # Absolute, so the lake says where the savepoint is whatever directory the command ran in.
+        path = cand.storage.uri if "://" in cand.storage.uri else cand.storage.directory
+        row = {"snapshot_id": cand.snapshot_id, "path": path, "checkpoint_id": meta.checkpoint_id,
                "is_savepoint": meta.metadata.is_savepoint, "taken_at": cand.taken_at,
                "taken_at_source": cand.taken_at_source, "job_id": cand.job_id,
                "metadata_sha256": cand.metadata_sha256, "metadata_version": meta.metadata.version,
@@ -420,10 +437,10 @@ class Materializer:
     # -- lake-wide
 
     def snapshot_rows(self) -> dict[str, dict]:
-        table = self.lake.open(SNAPSHOTS)
+        table = self.lake.read(SNAPSHOTS)
         if table is None:
             return {}
-        return {row["snapshot_id"]: row for row in table.to_pyarrow_table().to_pylist()}
+        return {row["snapshot_id"]: row for row in table.to_pylist()}
 
     def apply_retention(self) -> list[str]:
         """Removes the snapshots the retention rule drops (marker first), then vacuums."""

@@ -3,7 +3,9 @@
 A decoder is ``decode(buf, pos) -> (value, next_pos)`` over a ``bytes`` buffer. Values come out in
 the form ``pyarrow.array`` takes for the column's Arrow type (see ``arrow_types``): dicts for
 structs, lists of pairs for maps, epoch microseconds for timestamps, epoch days for dates.
-Java serializers write big-endian; the table runtime's binary rows are little-endian.
+Java serializers write big-endian; the table runtime's binary rows are little-endian
+(``binary_formats``). Every length and count is checked against the bytes left before it is
+used, and every value against the range its column holds: damage is a ``DecodeError``.
 """
 
 from __future__ import annotations
@@ -29,13 +31,6 @@ _BE_I64 = struct.Struct(">q").unpack_from
 _BE_F32 = struct.Struct(">f").unpack_from
 _BE_F64 = struct.Struct(">d").unpack_from
 _BE_I64_I32 = struct.Struct(">qi").unpack_from
-_LE_I8 = struct.Struct("<b").unpack_from
-_LE_I16 = struct.Struct("<h").unpack_from
-_LE_I32 = struct.Struct("<i").unpack_from
-_LE_I64 = struct.Struct("<q").unpack_from
-_LE_U64 = struct.Struct("<Q").unpack_from
-_LE_F32 = struct.Struct("<f").unpack_from
-_LE_F64 = struct.Struct("<d").unpack_from
 
 LONG_MIN = -(1 << 63)
 INT_MIN = -(1 << 31)
@@ -47,9 +42,6 @@ EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 BIGINT_SHORT_FORMS = {1: 0, 2: 1, 3: 10}
 BIGINT_LENGTH_OFFSET = 4
 POJO_NULL, POJO_EXACT, POJO_SUBCLASS, POJO_TAGGED = 0x01, 0x02, 0x04, 0x08
-# BinaryRowData / BinaryArrayData variable-length slots: highest bit set = stored inline in the slot.
-INLINE_MARK = 1 << 63
-INLINE_LENGTH_SHIFT = 56
 LIST_ELEMENT_DELIMITER = 0x2C
 EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 # BigDecimals render as plain digits (Java's toPlainString) while that pads with at most this many
@@ -58,8 +50,12 @@ EXACT = Context(prec=MAX_PREC, Emax=MAX_EMAX, Emin=MIN_EMIN)
 PLAIN_DECIMAL_MAX_SCALE = 1000
 # Longest BigInteger magnitude rendered: decimal conversion costs quadratic time in its length.
 MAX_BIG_INTEGER_BYTES = 4096
-LONG_MAX = (1 << 63) - 1
-INT_MAX = (1 << 31) - 1
+# Dates and timestamps are read within 0001-01-01 .. 9999-12-31, what Spark's DATE/TIMESTAMP and
+# Python's datetime hold (Flink SQL's own range is 0000..9999); anything beyond is reported.
+MIN_DAYS = dt.date(1, 1, 1).toordinal() - EPOCH_ORDINAL
+MAX_DAYS = dt.date(9999, 12, 31).toordinal() - EPOCH_ORDINAL
+MIN_MICROS = MIN_DAYS * 86_400_000_000
+MAX_MICROS = (MAX_DAYS + 1) * 86_400_000_000 - 1
 REPLACEMENT_CHARACTER = "\ufffd"
 ROW_KIND_BITS = 2  # a Row's null mask starts with two bits of its RowKind
 
@@ -97,16 +93,16 @@ def read_count(buf: bytes, pos: int, what: str = "element count", min_size: int 
 
 
 def micros(value: int) -> int:
-    """A timestamp in epoch microseconds, checked against what an int64 (Arrow's timestamp[us]) holds."""
-    if not -LONG_MAX <= value <= LONG_MAX:
-        raise DecodeError(f"timestamp {value} µs is outside the range of a 64-bit microsecond timestamp")
+    """A timestamp in epoch microseconds, checked against the years 1..9999 (MIN_MICROS..MAX_MICROS)."""
+    if not MIN_MICROS <= value <= MAX_MICROS:
+        raise DecodeError(f"timestamp {value} µs from the epoch is outside the years 1 to 9999")
     return value
 
 
 def days(value: int) -> int:
-    """Epoch days, checked against what Arrow's date32 holds."""
-    if not -INT_MAX <= value <= INT_MAX:
-        raise DecodeError(f"date {value} days from the epoch is outside the range of a 32-bit date")
+    """A date in epoch days, checked against the years 1..9999 (MIN_DAYS..MAX_DAYS)."""
+    if not MIN_DAYS <= value <= MAX_DAYS:
+        raise DecodeError(f"date {value} days from the epoch is outside the years 1 to 9999")
     return value
 
 
@@ -295,12 +291,12 @@ def _local_time(buf, pos):
 
 
 def _local_datetime(buf, pos):
-    days, pos = _local_date(buf, pos)
+    epoch_days, pos = _local_date(buf, pos)
     parts, pos = _local_time_parts(buf, pos)
-    if days is None or parts is None:
+    if epoch_days is None or parts is None:
         return None, pos
     h, m, s, nano = parts
-    return micros(((days * 86400 + (h * 60 + m) * 60 + s) * 1_000_000) + nano // 1000), pos
+    return micros(((epoch_days * 86400 + (h * 60 + m) * 60 + s) * 1_000_000) + nano // 1000), pos
 
 
 def _time_window(buf, pos):
@@ -469,12 +465,10 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         return _decimal_data(desc.attr("precision"), desc.attr("scale"))
     if kind == "timestamp_data":
         return _timestamp_data(desc.attr("precision"))
-    if kind == "rowdata":
-        return _framed_binary(binary_row_decoder([t for _, t in desc.fields], [n for n, _ in desc.fields]))
-    if kind == "array_data":
-        return _framed_binary(binary_array_decoder(desc.fields[0][1]))
-    if kind == "map_data":
-        return _framed_binary(binary_map_decoder(desc.child("key"), desc.child("value")))
+    if kind in ("rowdata", "array_data", "map_data"):  # the table runtime's little-endian binary formats
+        from statecat.readers.binary_formats import framed_binary_decoder
+
+        return framed_binary_decoder(desc)
     if kind == "pickled":
         return _pickled(unpickle)
     if kind == "pyflink":  # PyFlink process-mode state with a declared type
@@ -607,184 +601,6 @@ def render_pickled(data: bytes, unpickle: bool) -> str:
     except Exception as exc:  # noqa: BLE001 - damaged pickles fail in any way the unpickled code chooses
         raise DecodeError(f"the pickled value does not unpickle: {type(exc).__name__}: {exc}") from None
     return json.dumps(value, default=repr, sort_keys=True)
-
-
-# ----------------------------------------------------------------------------- binary formats (little-endian)
-# Field readers take (buf, base, end, slot position): ``base`` is where the enclosing row or array
-# starts (variable-length offsets count from there) and ``end`` where it ends; no field reads
-# outside [base, end).
-
-MAX_INLINE_BYTES = 7  # variable-length data of at most 7 bytes sits in its 8-byte slot
-
-
-def _framed_binary(decoder: Callable[[bytes, int, int], Any]) -> Decoder:
-    def framed(buf, pos):
-        n, pos = read_length(buf, pos, "binary row length")
-        return decoder(buf, pos, n), pos + n
-    return framed
-
-
-def _var_slot(buf, base: int, end: int, slot_at: int) -> tuple[int, int]:
-    """(absolute start, length) of a variable-length field: inline in the slot, or offset/len."""
-    raw = _LE_U64(buf, slot_at)[0]
-    if raw & INLINE_MARK:
-        start, n = slot_at, (raw >> INLINE_LENGTH_SHIFT) & 0x7F
-        if n > MAX_INLINE_BYTES:
-            raise DecodeError(f"inline field of {n} bytes, more than its slot's {MAX_INLINE_BYTES}")
-    else:
-        start, n = base + (raw >> 32), raw & 0xFFFFFFFF
-    if start + n > end:
-        raise DecodeError(f"field of {n} bytes at {start - base} runs past the end of its {end - base}-byte structure")
-    return start, n
-
-
-def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]:
-    """Reads one field of a binary row/array: (buf, base, end of the structure, slot position) -> value."""
-    kind = desc.kind
-    if kind == "BOOLEAN":
-        return lambda buf, base, end, at: buf[at] != 0
-    if kind == "TINYINT":
-        return lambda buf, base, end, at: _LE_I8(buf, at)[0]
-    if kind == "SMALLINT":
-        return lambda buf, base, end, at: _LE_I16(buf, at)[0]
-    if kind in ("INTEGER", "DATE"):
-        return lambda buf, base, end, at: _LE_I32(buf, at)[0]
-    if kind == "TIME_WITHOUT_TIME_ZONE":
-        return lambda buf, base, end, at: _time_text(_LE_I32(buf, at)[0])
-    if kind == "BIGINT":
-        return lambda buf, base, end, at: _LE_I64(buf, at)[0]
-    if kind == "FLOAT":
-        return lambda buf, base, end, at: _LE_F32(buf, at)[0]
-    if kind == "DOUBLE":
-        return lambda buf, base, end, at: _LE_F64(buf, at)[0]
-    if kind in ("CHAR", "VARCHAR"):
-        def text(buf, base, end, at):
-            start, n = _var_slot(buf, base, end, at)
-            return utf8_text(bytes(buf[start:start + n]))
-        return text
-    if kind in ("BINARY", "VARBINARY", "RAW"):
-        def binary(buf, base, end, at):
-            start, n = _var_slot(buf, base, end, at)
-            return bytes(buf[start:start + n])
-        return binary
-    if kind == "DECIMAL":
-        precision, scale = desc.attr("precision"), desc.attr("scale")
-        if precision <= 18:
-            return lambda buf, base, end, at: sql_decimal(_LE_I64(buf, at)[0], precision, scale)
-
-        def decimal(buf, base, end, at):
-            raw = _LE_U64(buf, at)[0]
-            start, n = base + (raw >> 32), raw & 0xFFFFFFFF
-            if start + n > end:
-                raise DecodeError(f"decimal of {n} bytes at {start - base} runs past the end of its structure")
-            return sql_decimal(int.from_bytes(buf[start:start + n], "big", signed=True), precision, scale)
-        return decimal
-    if kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE"):
-        if desc.attr("precision", 6) <= 3:
-            return lambda buf, base, end, at: micros(_LE_I64(buf, at)[0] * 1000)
-
-        def timestamp(buf, base, end, at):
-            raw = _LE_U64(buf, at)[0]
-            millis_at = base + (raw >> 32)
-            if millis_at + 8 > end:
-                raise DecodeError(f"timestamp at {millis_at - base} runs past the end of its structure")
-            millis = _LE_I64(buf, millis_at)[0]
-            return micros(millis * 1000 + (raw & 0xFFFFFFFF) // 1000)
-        return timestamp
-    if kind == "ROW":
-        nested = binary_row_decoder([t for _, t in desc.fields], [n for n, _ in desc.fields])
-
-        def row(buf, base, end, at):
-            start, n = _var_slot(buf, base, end, at)
-            return nested(buf, start, n)
-        return row
-    if kind in ("ARRAY",):
-        nested = binary_array_decoder(desc.fields[0][1])
-
-        def array(buf, base, end, at):
-            start, n = _var_slot(buf, base, end, at)
-            return nested(buf, start, n)
-        return array
-    if kind in ("MAP", "MULTISET"):
-        key = desc.child("key") if kind == "MAP" else desc.child("element")
-        value = desc.child("value") if kind == "MAP" else TypeDescriptor.of("INTEGER")
-        nested = binary_map_decoder(key, value)
-
-        def map_(buf, base, end, at):
-            start, n = _var_slot(buf, base, end, at)
-            return nested(buf, start, n)
-        return map_
-    if kind == "NULL":
-        return lambda buf, base, end, at: None
-    raise UnsupportedError(f"no decoder for SQL type {desc.describe()} inside a binary row")
-
-
-def binary_row_decoder(types: list[TypeDescriptor], names: list[str]) -> Callable[[bytes, int, int], dict]:
-    """BinaryRowData: header byte + null bits, 8-byte slots, variable part (all little-endian)."""
-    arity = len(types)
-    null_bits_bytes = ((arity + 63 + 8) // 64) * 8
-    readers = [(name, _field_reader(t), null_bits_bytes + 8 * i, 8 + i) for i, (name, t) in enumerate(zip(names, types))]
-
-    def decode(buf, base, size):
-        if size < null_bits_bytes + 8 * arity:
-            raise DecodeError(f"binary row of {size} bytes is shorter than its {arity} fixed slots")
-        _need(buf, base + size)
-        end = base + size
-        out = {}
-        for name, read, slot, bit in readers:
-            if buf[base + (bit >> 3)] & (1 << (bit & 7)):
-                out[name] = None
-            else:
-                out[name] = read(buf, base, end, base + slot)
-        return out
-    return decode
-
-
-_ARRAY_ELEMENT_SIZES = {"BOOLEAN": 1, "TINYINT": 1, "SMALLINT": 2, "INTEGER": 4, "FLOAT": 4, "DATE": 4,
-                        "TIME_WITHOUT_TIME_ZONE": 4}
-
-
-def binary_array_decoder(element: TypeDescriptor) -> Callable[[bytes, int, int], list]:
-    """BinaryArrayData: i32 count, null bits in 4-byte words, fixed-size elements, variable part."""
-    read = _field_reader(element)
-    size = _ARRAY_ELEMENT_SIZES.get(element.kind, 8)
-
-    def decode(buf, base, length):
-        if length < 4:
-            raise DecodeError(f"binary array of {length} bytes has no room for its element count")
-        _need(buf, base + length)
-        n = _LE_I32(buf, base)[0]
-        elements_at = base + 4 + ((n + 31) // 32) * 4
-        end = base + length
-        if n < 0 or elements_at + n * size > end:
-            raise DecodeError(f"binary array claims {n} elements in {length} bytes")
-        out = []
-        for i in range(n):
-            if buf[base + 4 + (i >> 3)] & (1 << (i & 7)):
-                out.append(None)
-            else:
-                out.append(read(buf, base, end, elements_at + i * size))
-        return out
-    return decode
-
-
-def binary_map_decoder(key: TypeDescriptor, value: TypeDescriptor) -> Callable[[bytes, int, int], list]:
-    """BinaryMapData: i32 byte size of the key array, the key array, then the value array."""
-    keys = binary_array_decoder(key)
-    values = binary_array_decoder(value)
-
-    def decode(buf, base, length):
-        if length < 4:
-            raise DecodeError(f"binary map of {length} bytes has no room for its key array size")
-        key_bytes = _LE_I32(buf, base)[0]
-        if not 0 <= key_bytes <= length - 4:
-            raise DecodeError(f"binary map of {length} bytes claims a {key_bytes}-byte key array")
-        k = keys(buf, base + 4, key_bytes)
-        v = values(buf, base + 4 + key_bytes, length - 4 - key_bytes)
-        if len(k) != len(v):
-            raise DecodeError(f"binary map has {len(k)} keys but {len(v)} values")
-        return list(zip(k, v))
-    return decode
 
 
 def build_key_decoder(key: TypeDescriptor) -> Decoder:

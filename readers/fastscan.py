@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 
 from statecat.readers.arrow_types import arrow_type
+from statecat.readers.binary_formats import MAX_INLINE_BYTES
+from statecat.readers.decoders import MAX_DAYS, MAX_MICROS, MIN_DAYS, MIN_MICROS
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
 END_OF_KEY_GROUP = 0xFFFF
@@ -27,11 +29,6 @@ WALK_ERRORS = {WALK_OVERRUN: "expected entry lengths within the key-group, got a
                WALK_BAD_STATE_ID: "expected a state id below the stream header's state count (or the end marker "
                                   "0xFFFF after a run), got a larger one"}
 MIN_ENTRY_BYTES = 9  # i32 key length, 1 key byte, i32 value length
-# A binary row's variable-length field of at most 7 bytes sits in its 8-byte slot (Flink's
-# BinarySegmentUtils MAX_FIX_PART_DATA_SIZE); a longer "inline" length is damage.
-MAX_INLINE_BYTES = 7
-# Epoch milliseconds whose microseconds still fit an int64 (Arrow's timestamp[us]).
-MAX_MILLIS_AS_MICROS = (2**63 - 1) // 1000
 
 # SQL logical types stored in one 8-byte slot of a binary row, with their numpy dtype.
 SLOT_DTYPES = {
@@ -315,19 +312,19 @@ class ColumnExtractor:
                 return None, None
             if dtype is not None:
                 values = raw.view(dtype).reshape(n)
+                if kind == "DATE" and _outside(values, mask, nulls, MIN_DAYS, MAX_DAYS):
+                    return None, None  # the general path reports it
                 arrays.append(pa.array(values, type=arrow, mask=mask))
             elif kind == "DECIMAL":
                 unscaled = raw.view("<i8").reshape(n)
                 limit = 10 ** field.attr("precision")
-                live = unscaled if mask is None else unscaled[~nulls]
-                if live.size and ((live >= limit).any() or (live <= -limit).any()):
+                if _outside(unscaled, mask, nulls, 1 - limit, limit - 1):
                     return None, None  # more digits than the type's precision: the general path reports it
                 arrays.append(_decimal_from_unscaled(unscaled, mask, arrow))
             elif kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE"):
                 millis = raw.view("<i8").reshape(n)
-                live = millis if mask is None else millis[~nulls]
-                if live.size and ((live > MAX_MILLIS_AS_MICROS).any() or (live < -MAX_MILLIS_AS_MICROS).any()):
-                    return None, None  # beyond what microseconds in an int64 hold: the general path reports it
+                if _outside(millis, mask, nulls, MIN_MICROS // 1000, MAX_MICROS // 1000):
+                    return None, None  # outside the years 1..9999: the general path reports it
                 arrays.append(pa.array(millis * 1000, type=arrow, mask=mask))
             else:  # CHAR/VARCHAR/BINARY/VARBINARY: inline in the slot, or offset and length
                 raw = raw.view("<u8").reshape(n)
@@ -347,6 +344,12 @@ class ColumnExtractor:
         if plan.kind == "row_single":
             return arrays[0], row_end
         return pa.StructArray.from_arrays(arrays, fields=list(plan.arrow)), row_end
+
+
+def _outside(values: np.ndarray, mask, nulls: np.ndarray, low: int, high: int) -> bool:
+    """Whether a non-null value lies outside [low, high] (one vector pass each way)."""
+    live = values if mask is None else values[~nulls]
+    return bool(live.size) and (live.min() < low or live.max() > high)
 
 
 def _decimal_from_unscaled(unscaled: np.ndarray, mask, arrow: pa.DataType) -> pa.Array:

@@ -40,6 +40,7 @@ from statecat.readers.decoders import (
     _fixed,
     _instant,
     _time_text,
+    days,
     fields_decoder,
     masked_fields_decoder,
     micros,
@@ -69,6 +70,10 @@ def _utf8(buf, pos):
 def _bytes(buf, pos):
     n, pos = read_length(buf, pos)
     return bytes(buf[pos:pos + n]), pos + n
+
+
+def _sql_date(buf, pos):
+    return days(_BE_I32(buf, pos)[0]), pos + 4
 
 
 def _sql_time(buf, pos):
@@ -105,19 +110,19 @@ def _local_time(buf, pos):
 
 
 def _local_datetime(buf, pos):
-    days, pos = _local_date_days(buf, pos)
+    epoch_days, pos = _local_date_days(buf, pos)
     parts, pos = _local_time_parts(buf, pos)
-    if days is None or parts is None:
+    if epoch_days is None or parts is None:
         return None, pos
     h, m, s, nanos = parts
-    return micros((days * 86_400 + h * 3600 + m * 60 + s) * 1_000_000 + nanos // 1000), pos
+    return micros((epoch_days * 86_400 + h * 3600 + m * 60 + s) * 1_000_000 + nanos // 1000), pos
 
 
 _SCALARS: dict[str, Decoder] = {
     "BOOLEAN": _boolean, "BYTE": _fixed(_BE_I8, 1), "SHORT": _fixed(_BE_I16, 2), "INT": _fixed(_BE_I32, 4),
     "LONG": _fixed(_BE_I64, 8), "BIG_INT": _fixed(_BE_I64, 8), "FLOAT": _fixed(_BE_F32, 4), "DOUBLE": _fixed(_BE_F64, 8),
     "STRING": _utf8, "CHAR": _utf8, "BIG_DEC": _utf8, "BYTES": _bytes,
-    "SQL_DATE": _fixed(_BE_I32, 4), "SQL_TIME": _sql_time, "SQL_TIMESTAMP": _sql_timestamp, "INSTANT": _instant,
+    "SQL_DATE": _sql_date, "SQL_TIME": _sql_time, "SQL_TIMESTAMP": _sql_timestamp, "INSTANT": _instant,
     "LOCAL_DATE": _local_date_days, "LOCAL_TIME": _local_time, "LOCAL_DATETIME": _local_datetime,
 }
 

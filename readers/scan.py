@@ -332,7 +332,7 @@ class KeyedStateScanner:
                         raise DecodeError(f"key and namespace overrun the entry's key by {user_at - kend} bytes")
                     identity = buf[kat + prefix:user_at]
                     user_key = (buf[user_at:kend] if self.user_key_decoder is None
-                                else self._decode_exact(self.user_key_decoder, buf, user_at, kend, "map key"))
+                                else _decode_exact(self.user_key_decoder, buf, user_at, kend, "map key"))
                     if identity != map_identity:
                         if map_keep:
                             values.append(map_entries)
@@ -396,19 +396,12 @@ class KeyedStateScanner:
             pos = _skip_length_trailer(buf, pos, pos - ns_start)
         return key, namespace, pos
 
-    @staticmethod
-    def _decode_exact(decoder, buf, pos: int, end: int, what: str):
-        value, stop = decoder(buf, pos)
-        if stop != end:
-            raise DecodeError(f"{what} decoded to {stop - pos} bytes but is stored in {end - pos}")
-        return value
-
     def _value(self, buf, at: int, length: int):
         if self.value_kind == "list":
             return self._list(buf, at, at + length)
         if self.value_decoder is None:
             return bytes(buf[at:at + length])
-        return self._decode_exact(self.value_decoder, buf, at, at + length, "value")
+        return _decode_exact(self.value_decoder, buf, at, at + length, "value")
 
     def _list(self, buf, pos: int, end: int) -> list:
         decode = self.element_decoder
@@ -434,7 +427,7 @@ class KeyedStateScanner:
             return None
         if self.map_value_decoder is None:
             return bytes(buf[at + 1:at + length])
-        return self._decode_exact(self.map_value_decoder, buf, at + 1, at + length, "map value")
+        return _decode_exact(self.map_value_decoder, buf, at + 1, at + length, "map value")
 
 
 class OperatorStateScanner:
@@ -515,7 +508,7 @@ class OperatorStateScanner:
                     elif self.element is None:
                         yield bytes(data)
                     else:
-                        yield self.element(data, 0)[0]
+                        yield _decode_exact(self.element, data, 0, len(data), "operator state element")
                 except DECODE_FAILURES as exc:
                     raise FormatError(f"could not decode an operator state element: {exc}", file=file,
                                       offset=base + start, operator=self.operator.label, state=self.state.name,
@@ -530,6 +523,17 @@ class OperatorStateScanner:
             key, pos = self.entry_key(data, pos)
             value, pos = self.entry_value(data, pos)
             yield {"key": key, "value": value}
+        if pos != len(data):
+            raise DecodeError(f"{count} broadcast entries take {pos} of the {len(data)} bytes stored")
+
+
+def _decode_exact(decoder, buf, pos: int, end: int, what: str):
+    """A value that must fill its stored bytes exactly: a shorter or longer decode means the type or
+    the bytes are not what the header says."""
+    value, stop = decoder(buf, pos)
+    if stop != end:
+        raise DecodeError(f"{what} decoded to {stop - pos} bytes but is stored in {end - pos}")
+    return value
 
 
 def _schema(operator: OperatorMeta, state: StateInfo) -> pa.Schema:

@@ -66,3 +66,16 @@ def test_damaged_savepoints_give_statecat_errors_never_crashes():
     # Not vacuous: the damage is seen (errors) and the decode runs to the end (values) in many cases.
     assert counts["statecat_error"] > len(cases) // 10
     assert counts["unchanged"] + counts["value_changed"] > len(cases) // 10
+
+
+def test_coverage_guided_targets_decode_their_real_seeds(tmp_path):
+    """bench/fuzz_atheris.py's targets stay wired to the current code: every seed (real fixture bytes) decodes."""
+    from tests.fuzz.targets import TARGETS, Targets
+
+    targets = Targets(tmp_path)
+    assert len(targets.records_states) > 50 and targets.columns_states
+    for name in TARGETS:
+        function = targets.function(name)
+        assert len(targets.seeds[name]) >= len(fixture_names()) or name == "columns", name
+        for seed in targets.seeds[name]:
+            function(seed)

@@ -17,17 +17,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import deltalake
 import pyarrow as pa
 import pytest
 
-from statecat.catalog.lake_tables import delta_type
+from statecat.catalog.lake_tables import delta_type, read_delta
 from statecat.catalog.materialize import CRASH_AFTER_COMMITS_ENV, CRASH_EXIT_CODE, Materializer, Retention, Selection
 from statecat.readers import SavepointReader, key_group_for
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import stable_state_names
 from tests.fixtures.expected import iter_states, load_expected, savepoint_dir
 
-deltalake = pytest.importorskip("deltalake")
 
 # One SQL GROUP BY job, snapshotted by several Flink versions and backends: one job's history.
 GROUPBY_HISTORY = (
@@ -85,9 +85,12 @@ def reader_rows(path, op_id: str, state: str) -> list[dict]:
 
 
 def lake_partition(lake: Path, table: str, snapshot_id: str, columns: list[str]) -> list[dict]:
-    dt_ = deltalake.DeltaTable(str(lake / "states" / table))
-    data = dt_.to_pyarrow_dataset().to_table(filter=pa.compute.field("snapshot_id") == snapshot_id)
-    return data.select(columns).to_pylist()
+    from deltalake import QueryBuilder
+
+    query = QueryBuilder().register("t", deltalake.DeltaTable(str(lake / "states" / table)))
+    cols = ", ".join(f'"{c}"' for c in columns)
+    data = pa.RecordBatchReader.from_stream(query.execute(f"SELECT {cols} FROM t WHERE snapshot_id = '{snapshot_id}'"))
+    return data.read_all().to_pylist()
 
 
 def duckdb_partition(con, lake: Path, table: str, snapshot_id: str, columns: list[str]) -> list[dict]:
@@ -118,7 +121,7 @@ def statecat_cli(*args, env=None, check=True):
 
 
 def snapshot_rows(lake: Path) -> list[dict]:
-    return deltalake.DeltaTable(str(lake / "snapshots")).to_pyarrow_table().to_pylist()
+    return read_delta(deltalake.DeltaTable(str(lake / "snapshots"))).to_pylist()
 
 
 def assert_lake_matches_savepoints(lake: Path, placed: dict[str, Path], con=None) -> None:
@@ -241,7 +244,7 @@ def test_snapshots_record_identity_time_and_unsupported_parts(history):
     partial_ids = {rows[str(placed[c])]["snapshot_id"] for c in PARTIAL}
     accstate = {p["snapshot_id"] for p in deltalake.DeltaTable(str(lake / "states" / "accstate")).partitions()}
     assert not partial_ids & accstate  # what could not be read is absent, not empty-and-silent
-    meta = deltalake.DeltaTable(str(lake / "state_meta")).to_pyarrow_table().to_pylist()
+    meta = read_delta(deltalake.DeltaTable(str(lake / "state_meta"))).to_pylist()
     for row in meta:
         assert row["materialized"] is True and row["table_name"]
 
@@ -249,7 +252,7 @@ def test_snapshots_record_identity_time_and_unsupported_parts(history):
 def test_state_stats_count_entries_per_key_group_and_bytes_from_offsets(history):
     base, placed, lake, *_ = history
     rows = {r["path"]: r for r in snapshot_rows(lake)}
-    stats = deltalake.DeltaTable(str(lake / "state_stats")).to_pyarrow_table().to_pylist()
+    stats = read_delta(deltalake.DeltaTable(str(lake / "state_stats"))).to_pylist()
     for case in ("sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_1.20", "sql_groupby_compressed_2.3"):
         path = placed[case]
         sid = rows[str(path)]["snapshot_id"]
@@ -326,6 +329,15 @@ def test_dashboard_queries_answer_on_the_lake(history):
                          for r in reader_rows(path, op.id, "accState"))
         assert s["max_entries"] == max(counts.values())
         assert s["key_groups"] == op.max_parallelism
+
+
+def test_dashboard_queries_are_spark_sql_too():
+    import sqlglot
+
+    queries = sorted((Path(__file__).resolve().parents[1] / "sql_examples" / "dashboards").glob("*.sql"))
+    assert len(queries) == 4
+    for query in queries:
+        sqlglot.parse_one(query.read_text(), read="spark")  # raises on SQL Spark's dialect lacks
 
 
 # ----------------------------------------------------------------------------- crashes, retention, errors
@@ -414,7 +426,7 @@ def test_operator_and_state_filters_write_only_those_states(tmp_path):
     statecat_cli("materialize", tmp_path / "root", "--to", lake, "--state", "left-records", "--state",
                  "source_b__sourcereaderstate")
     assert sorted(p.name for p in (lake / "states").iterdir()) == ["left_records", "source_b__sourcereaderstate"]
-    meta = deltalake.DeltaTable(str(lake / "state_meta")).to_pyarrow_table().to_pylist()
+    meta = read_delta(deltalake.DeltaTable(str(lake / "state_meta"))).to_pylist()
     assert {m["state_name"] for m in meta if m["materialized"]} == {"left-records", "SourceReaderState"}
     assert len(meta) == 6 and sum(m["materialized"] for m in meta) == 2
     lake2 = tmp_path / "lake2"

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.scan import KeyedStateScanner
+from statecat.readers.scan import KeyedStateScanner, scanner_for
 from statecat.statemeta.errors import FormatError, StatecatError
 from statecat.statemeta.headers import open_stream
 from statecat.statemeta.model import load_state_meta
@@ -162,6 +162,29 @@ def test_reader_checks_key_group_offsets_it_is_given(damage):
     assert Path(location.stream.path).name in error.value.file and error.value.offset is not None
 
 
+@pytest.mark.parametrize("offsets,end", [((700,), 634), ((352,), 700), ((-4,), 634), ((352,), 352)])
+def test_reader_checks_operator_state_offsets_it_is_given(offsets, end):
+    meta = load_state_meta(savepoint_dir("datastream_broadcast_filesource_2.3"), use_state_info=False)
+    op, state = meta.find_state("python-state-rules")
+    location = dataclasses.replace(state.locations[0], offsets=offsets, end=end)
+    with pytest.raises(FormatError, match="expected operator state elements within the stream") as error:
+        list(scanner_for(meta, op, state).batches([location]))
+    assert error.value.file.endswith("_metadata") and error.value.offset is not None
+
+
+def test_broadcast_entry_count_beyond_its_bytes_is_an_error_before_any_allocation(tmp_path):
+    savepoint = _copy("datastream_broadcast_filesource_2.3", tmp_path)
+    meta = load_state_meta(savepoint)
+    _, state = meta.find_state("python-state-rules")
+    location = state.locations[0]
+    stream, name, base = open_stream(meta.storage, location.stream)
+    stream.close()
+    _poke(Path(name), base + location.offsets[0], struct.pack(">i", 0x7FFFFFFF))
+    with pytest.raises(FormatError, match="broadcast entry count") as error:
+        SavepointReader(load_state_meta(savepoint, use_state_info=False)).table("python-state-rules")
+    assert error.value.offset == base + location.offsets[0]
+
+
 # ----------------------------------------------------------------------------- compressed key-groups
 
 def test_damaged_compressed_key_group_is_a_format_error(tmp_path):
@@ -215,6 +238,20 @@ def test_unpaired_surrogates_in_java_strings_become_replacement_characters(tmp_p
     table.validate(full=True)
     values = [v for row in table.column("value").to_pylist() for v in row]
     assert element[:1] + "\ufffd" + element[4:] in values
+
+
+# ----------------------------------------------------------------------------- values beyond what columns hold
+
+def test_sql_timestamp_beyond_year_9999_is_an_error_naming_its_entry(tmp_path):
+    # A flipped bit in a TIMESTAMP field of a join's MapState key row (found by the mutation fuzzer):
+    # the value lies beyond year 9999, which Spark's TIMESTAMP and Python's datetime cannot hold.
+    savepoint = _copy("sql_types_2.3", tmp_path)
+    path = savepoint / "039503fc-6737-4838-9ddc-f442779ac374"
+    original = path.read_bytes()[26947]
+    _poke(path, 26947, bytes([original ^ 0x04]))
+    with pytest.raises(FormatError, match="outside the years 1 to 9999") as error:
+        SavepointReader(load_state_meta(savepoint, use_state_info=False)).table("left-records")
+    assert error.value.file.endswith(path.name) and error.value.offset <= 26947
 
 
 # ----------------------------------------------------------------------------- seeded single-byte damage

@@ -8,8 +8,10 @@
 - ``runner``: the pool of workers (restarted after a crash, hang or memory blow-up) and the
   classification of outcomes.
 - ``replay``: ``python -m tests.fuzz.replay SPEC`` re-runs one case.
+- ``targets``: byte-input entry points (``_metadata``, stream headers, serializer snapshots, the
+  per-record and column-wise decoders) and their seeds, for ``bench/fuzz_atheris.py``.
 
 Allowed outcomes are a statecat error, unchanged output, or changed values; a crash, a hang, a
-memory blow-up or any other exception is a finding. ``bench/fuzz_atheris.py`` is the
-coverage-guided counterpart.
+memory blow-up or any other exception is a finding. ``bench/fuzz_mutations.py`` runs long
+campaigns of the same cases.
 """

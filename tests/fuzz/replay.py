@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from tests.fixtures.expected import CASES_DIR
-from tests.fuzz.mutations import Case
+from tests.fuzz.mutations import SELF_TEST, Case
 
 
 def write_damaged(case: Case, target: Path) -> Path:
@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds before a worker run counts as a hang")
     args = parser.parse_args(argv)
     case = Case.parse(args.spec)
+    if case.fixture != SELF_TEST:
+        case.apply((CASES_DIR / case.fixture / "savepoint" / case.file).read_bytes())  # a bad offset fails here
     if args.write:
         print(write_damaged(case, Path(args.write)))
         return 0
