@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -76,6 +77,8 @@ def main() -> None:
         print(f"savepoint: {path} (keyed state streams {data_bytes / 1e6:.0f} MB)")
         print(f"materialize: {written.rows:,} rows of {written.states} states in {seconds:.2f} s = "
               f"{written.rows / seconds / 1e6:.2f} M rows/s, {data_bytes / 1e6 / seconds:.0f} MB/s (one process)")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"peak resident memory after materialize: {peak:.0f} MB")
         lake_bytes = sum(f.stat().st_size for f in lake.rglob("*") if f.is_file())
         print(f"lake size: {lake_bytes / 1e6:.0f} MB (Parquet, snappy)")
 

@@ -110,6 +110,7 @@ def child(args) -> None:
 
 def fuzz_target(name: str, runs: int, work: Path, args) -> dict:
     """Runs one target to ``runs`` executions, restarting its child after each crash/timeout/OOM."""
+    from tests.fuzz.runner import repo_path
     from tests.fuzz.targets import Targets
 
     corpus = work / name / "corpus"
@@ -143,15 +144,13 @@ def fuzz_target(name: str, runs: int, work: Path, args) -> dict:
             merged["count"] += found["count"]
             for field in ("example", "message", "frames"):
                 merged.setdefault(field, found.get(field))
-        new = sorted(set(artifacts.iterdir()) - before)
+        new = sorted(a for a in set(artifacts.iterdir()) - before if a.name.startswith(f"{name}-"))
         for artifact in new:
             prefix = artifact.name.removeprefix(f"{name}-").split("-", 1)[0]
             outcome = ARTIFACT_KINDS.get(prefix)
             if outcome is None:
                 continue
             frames = _replay_frames(name, artifact) if outcome == "crash" else []
-            from tests.fuzz.runner import repo_path
-
             source = next((repo_path(f) for f in reversed(frames) if repo_path(f)), "?")
             merged = totals["classes"].setdefault(f"{outcome}|{prefix}|{source.split(' in ')[0]}", {"count": 0})
             merged["count"] += 1
@@ -200,7 +199,6 @@ def report(results: list[dict]) -> int:
         rate = r["execs"] / r["seconds"] if r["seconds"] else 0
         print(f"{r['target']:<10} {r['seeds']:>6} {r['execs']:>11,} {rate:>8.0f} {r['ok']:>9,} {r['statecat_error']:>9,} "
               + " ".join(f"{kinds[k]:>9,}" for k in FINDING_KINDS) + f"  {r['restarts']:>8}")
-    seconds = max((r["seconds"] for r in results), default=0)
     print(f"total: {total_execs:,} executions, {total_findings} findings")
     for r in results:
         for key, found in sorted(r["classes"].items(), key=lambda item: -item[1]["count"]):
@@ -209,7 +207,6 @@ def report(results: list[dict]) -> int:
             for frame in found.get("frames") or []:
                 print(f"      {frame}")
             print(f"      replay: .venv/bin/python bench/fuzz_atheris.py --replay {r['target']} {found.get('example')}")
-    del seconds
     return 1 if total_findings else 0
 
 

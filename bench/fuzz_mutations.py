@@ -54,11 +54,11 @@ def main() -> int:
     print(f"seed {args.seed}, cases {args.first}..{args.first + args.cases - 1}: {report.summary()}")
     for line in baseline_findings(report.baseline):
         print(f"PRISTINE FIXTURE FINDING: {line}")
-    classes = sorted(report.classes().items(), key=lambda item: (-len(item[1]), item[0]))
+    classes = sorted(report.classes().items(), key=lambda item: (item[1][0].layer, -len(item[1]), item[0]))
     print(f"{len(classes)} distinct finding classes")
     for (outcome, error_type, source), results in classes:
         smallest = min(results, key=lambda r: (r.case.kind != "flip", r.case.spec))
-        print(f"  {len(results):5d} x {outcome} {error_type} at {source}")
+        print(f"  {results[0].layer:<9} {len(results):5d} x {outcome} {error_type} at {source}")
         print(f"          e.g. {smallest.case.spec}  ({(smallest.detail.get('message') or '')[:160]})")
         print(f"          {replay_command(smallest.case)}")
     if args.details:

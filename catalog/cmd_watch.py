@@ -120,10 +120,12 @@ class Watcher:
             entry = self.seen.get(directory)
             if entry is None:
                 entry = self.seen[directory] = _Seen(stamp)
-                if self._already_done(root, filesystem, base, directory):
-                    entry.status = "done"
+                uri = self._uri(root, base, directory)
+                # A stateInfo may arrive with _metadata, ahead of the state files: done only when they are there.
+                if self._already_done(root, filesystem, base, directory) and self._all_there(uri, entry):
+                    entry.status, entry.storage, entry.needed = "done", None, None
                     events.append(Event("done", directory, "stateInfo already matches"))
-                    self._ready(self._uri(root, base, directory))
+                    self._ready(uri)
                     continue
             elif entry.stamp != stamp:
                 entry.stamp, entry.polls_stable, entry.status = stamp, 0, "pending"
@@ -175,10 +177,7 @@ class Watcher:
         """Snapshots the savepoint if it is complete; else says what it waits for or why it is skipped."""
         uri = self._uri(root, base, directory)
         try:
-            if entry.needed is None:
-                entry.storage = open_storage(uri)
-                entry.needed = required_sizes(read_metadata(entry.storage))
-            missing = shortfalls(entry.storage, entry.needed)
+            missing = self._missing(uri, entry)
             if missing:
                 return self._incomplete(uri, directory, entry, missing)
             result = snapshot(entry.storage, self._output_dir(base, directory), descriptors=self.descriptors)
@@ -193,6 +192,20 @@ class Watcher:
             log.info("wrote %s", result.path)
             return Event("snapshot", directory, result.path)
         return Event("unchanged", directory, result.path)
+
+    @staticmethod
+    def _missing(uri: str, entry: _Seen):
+        """The savepoint's missing or short state files; _metadata is parsed once per stamp."""
+        if entry.needed is None:
+            entry.storage = open_storage(uri)
+            entry.needed = required_sizes(read_metadata(entry.storage))
+        return shortfalls(entry.storage, entry.needed)
+
+    def _all_there(self, uri: str, entry: _Seen) -> bool:
+        try:
+            return not self._missing(uri, entry)
+        except (StatecatError, OSError):
+            return False  # processing reports it
 
     @staticmethod
     def _incomplete(uri, directory, entry: _Seen, missing) -> Event:

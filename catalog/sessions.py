@@ -75,7 +75,7 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
                    .config("spark.hadoop.javax.jdo.option.ConnectionURL",
                            f"jdbc:derby:;databaseName={os.path.join(home, 'metastore_db')};create=true"))
         java_options.append(f"-Dderby.system.home={home}")
-    if SparkContext._active_spark_context is None:  # only a new JVM takes these settings
+    if SparkContext._active_spark_context is None:  # getOrCreate will start Spark: these settings apply
         scratch = _scratch_dir(home)
         for key, subdir in HIVE_SCRATCH_SETTINGS.items():
             builder = builder.config(f"spark.hadoop.{key}", os.path.join(scratch, subdir))

@@ -106,6 +106,12 @@ class _Parser:
         self.handles.append(value)
         return len(self.handles) - 1
 
+    def set_handle(self, slot: int, value: object) -> None:
+        """Fills a handle reserved before its content was read (a reset inside it would have dropped it)."""
+        if slot >= len(self.handles):
+            raise self.fail("no reset inside an enum constant or proxy class", "a reset that dropped its handle")
+        self.handles[slot] = value
+
     def reference(self) -> object:
         at = self.pos
         handle = struct.unpack(">i", self.take(4))[0] - BASE_WIRE_HANDLE
@@ -152,7 +158,7 @@ class _Parser:
             self.class_desc()
             slot = self.new_handle(None)
             constant = self.content()
-            self.handles[slot] = constant
+            self.set_handle(slot, constant)
             return constant
         if tc == TC_ARRAY:
             return self.array()
@@ -194,7 +200,7 @@ class _Parser:
                 self.utf()
             self.annotations()
             desc = _ClassDesc("<proxy>", SC_SERIALIZABLE, [], self.class_desc())
-            self.handles[slot] = desc
+            self.set_handle(slot, desc)
             return desc
         if tc != TC_CLASSDESC:
             raise self.fail("a class descriptor", f"0x{tc:02X}", at)

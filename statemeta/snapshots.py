@@ -142,8 +142,12 @@ class SnapshotReader:
         return parse(self, version, class_name)
 
     def composite(self, version: int, class_name: str,
-                  outer: Callable[["SnapshotReader", int], dict] | None = None) -> tuple[dict, list[TypeDescriptor]]:
-        """``CompositeTypeSerializerSnapshot``: magic, outer version, outer payload, nested snapshots."""
+                  outer: Callable[["SnapshotReader", int], dict] | None = None,
+                  nested: int | None = None) -> tuple[dict, list[TypeDescriptor]]:
+        """``CompositeTypeSerializerSnapshot``: magic, outer version, outer payload, nested snapshots.
+
+        ``nested``: how many nested serializers the class has (a map two, a list one), when fixed.
+        """
         data = self.data
         if version <= HIGHEST_LEGACY_COMPOSITE_VERSION:
             raise UnknownSnapshotError(f"{class_name} (pre-1.8 layout, version {version})", file=data.name, offset=data.offset)
@@ -153,9 +157,9 @@ class SnapshotReader:
             raise data.error(f"composite snapshot magic 0x{COMPOSITE_MAGIC:08X}", f"0x{magic & 0xFFFFFFFF:08X}", offset=at)
         outer_version = data.read_i32()
         attrs = outer(self, outer_version) if outer is not None else {}
-        return attrs, self.nested()
+        return attrs, self.nested(nested)
 
-    def nested(self) -> list[TypeDescriptor]:
+    def nested(self, expected: int | None = None) -> list[TypeDescriptor]:
         data = self.data
         at = data.offset
         magic = data.read_i32()
@@ -165,7 +169,10 @@ class SnapshotReader:
         version = data.read_i32()
         if version != NESTED_DELEGATE_VERSION:
             raise data.error(f"nested serializers version {NESTED_DELEGATE_VERSION}", version, offset=at)
+        at = data.offset
         count = data.read_length("number of nested serializers", limit=MAX_FIELDS)
+        if expected is not None and count != expected:
+            raise data.error(f"{expected} nested serializer{'s' if expected != 1 else ''}", count, offset=at)
         return [self.versioned() for _ in range(count)]
 
     def java_object(self) -> object:
@@ -204,27 +211,27 @@ class SnapshotReader:
 # ----------------------------------------------------------------------------- complex snapshots
 
 def _list(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    _, nested = reader.composite(version, name)
+    _, nested = reader.composite(version, name, nested=1)
     return TypeDescriptor.of("list", [("element", nested[0])])
 
 
 def _map(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    _, nested = reader.composite(version, name)
+    _, nested = reader.composite(version, name, nested=2)
     return TypeDescriptor.of("map", [("key", nested[0]), ("value", nested[1])])
 
 
 def _generic_array(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    attrs, nested = reader.composite(version, name, lambda r, v: {"class": r.data.read_utf()})
+    attrs, nested = reader.composite(version, name, lambda r, v: {"class": r.data.read_utf()}, nested=1)
     return TypeDescriptor.of("generic_array", [("element", nested[0])], **attrs)
 
 
 def _timer(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    _, nested = reader.composite(version, name)
+    _, nested = reader.composite(version, name, nested=2)
     return TypeDescriptor.of("timer", [("key", nested[0]), ("namespace", nested[1])])
 
 
 def _ttl(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    _, nested = reader.composite(version, name)
+    _, nested = reader.composite(version, name, nested=2)
     return TypeDescriptor.of("ttl", [("value", nested[1])])
 
 
@@ -243,18 +250,18 @@ def _row(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
 
 
 def _nullable(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    attrs, nested = reader.composite(version, name, lambda r, v: {"padding": r.data.read_i32()})
+    attrs, nested = reader.composite(version, name, lambda r, v: {"padding": r.data.read_i32()}, nested=1)
     return TypeDescriptor.of("nullable", [("value", nested[0])], **attrs)
 
 
 def _either(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-    _, nested = reader.composite(version, name)
+    _, nested = reader.composite(version, name, nested=2)
     return TypeDescriptor.of("either", [("left", nested[0]), ("right", nested[1])])
 
 
 def _pass_through(kind: str):
     def parse(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
-        _, nested = reader.composite(version, name)
+        _, nested = reader.composite(version, name, nested=1)
         return TypeDescriptor.of(kind, [("value", nested[0])])
     return parse
 
@@ -265,7 +272,7 @@ def _external(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor
         r.data.read_bool()  # isInternalInput
         return {}
 
-    _, nested = reader.composite(version, name, outer)
+    _, nested = reader.composite(version, name, outer, nested=1)
     return TypeDescriptor.of("external", [("value", nested[0])])
 
 
@@ -368,7 +375,7 @@ COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor
     RUNTIME + "kryo.KryoSerializerSnapshot": _kryo,
     TABLE + "ExternalSerializer$ExternalSerializerSnapshot": _external,
     TABLE + "RawValueDataSerializer$RawValueDataSerializerSnapshot": lambda r, v, n: TypeDescriptor.of(
-        "raw_value", [("value", r.composite(v, n)[1][0])]),
+        "raw_value", [("value", r.composite(v, n, nested=1)[1][0])]),
     TABLE + "DecimalDataSerializer$DecimalSerializerSnapshot": _decimal_data,
     TABLE + "TimestampDataSerializer$TimestampDataSerializerSnapshot": _timestamp_data,
     TABLE + "RowDataSerializer$RowDataSerializerSnapshot": _rowdata,

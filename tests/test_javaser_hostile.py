@@ -44,3 +44,10 @@ def test_a_class_that_is_its_own_superclass_is_a_format_error():
 def test_an_array_class_named_only_bracket_is_a_format_error():
     with pytest.raises(FormatError, match="array class descriptor"):
         parse_java_object(HEADER + b"\x75" + _class_desc("[", b"\x70") + struct.pack(">i", 1))
+
+
+def test_a_reset_inside_an_enum_constant_is_a_format_error():
+    # Fuzz finding (atheris): the reset dropped the handle reserved for the enum constant.
+    enum = b"\x7e" + _class_desc("E", b"\x70") + b"\x79" + b"\x74" + struct.pack(">H", 1) + b"A"
+    with pytest.raises(FormatError, match="reset"):
+        parse_java_object(HEADER + enum)

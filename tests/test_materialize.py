@@ -26,7 +26,7 @@ from statecat.catalog.materialize import CRASH_AFTER_COMMITS_ENV, CRASH_EXIT_COD
 from statecat.readers import SavepointReader, key_group_for
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import stable_state_names
-from tests.fixtures.expected import iter_states, load_expected, savepoint_dir
+from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir
 
 
 # One SQL GROUP BY job, snapshotted by several Flink versions and backends: one job's history.
@@ -75,7 +75,8 @@ def canonical(rows) -> list[str]:
             return {k: plain(x) for k, x in v.items()}
         if isinstance(v, (list, tuple)):
             items = [plain(x) for x in v]
-            return sorted(items, key=json.dumps) if isinstance(v, list) and v and isinstance(v[0], tuple) else items
+            is_map = isinstance(v, list) and v and isinstance(v[0], tuple)  # Arrow maps: (key, value) pairs
+            return sorted(items, key=lambda x: json.dumps(x, sort_keys=True, default=str)) if is_map else items
         return v
     return sorted(json.dumps(plain(r), sort_keys=True, default=str) for r in rows)
 
@@ -340,6 +341,23 @@ def test_dashboard_queries_are_spark_sql_too():
         sqlglot.parse_one(query.read_text(), read="spark")  # raises on SQL Spark's dialect lacks
 
 
+# ----------------------------------------------------------------------------- every other fixture job
+
+OTHER_JOBS = sorted(c for c in CASES if not c.startswith("sql_groupby_"))
+
+
+@pytest.mark.parametrize("case", OTHER_JOBS)
+def test_every_fixture_job_materializes_equal_to_its_savepoint(tmp_path, case):
+    # Each job in its own lake: SQL types (decimals, zoned and naive timestamps, maps with struct keys),
+    # DataStream POJOs, rows, lists, windows, timers, broadcast and PyFlink state.
+    placed = place_history(tmp_path / "root", (case,))
+    lake = tmp_path / "lake"
+    twice = [Materializer(lake).run([str(tmp_path / "root")]) for _ in range(2)]
+    assert [s.outcome for s in twice[0].snapshots] == ["written"]
+    assert [s.outcome for s in twice[1].snapshots] == ["skipped"]
+    assert_lake_matches_savepoints(lake, placed)
+
+
 # ----------------------------------------------------------------------------- crashes, retention, errors
 
 @pytest.mark.parametrize("crash_after", [3, 9])
@@ -418,6 +436,35 @@ def test_a_state_whose_type_cannot_merge_fails_that_snapshot_cleanly(tmp_path):
     assert [r["path"] for r in rows] == [str(placed["datastream_thread_2.3"])]
     del placed["datastream_types_thread_2.3"]
     assert_lake_matches_savepoints(lake, {"datastream_thread_2.3": placed["datastream_thread_2.3"]})
+
+
+def test_a_state_that_fails_to_decode_fails_its_snapshot_and_leaves_nothing(tmp_path):
+    placed = place_history(tmp_path / "root", ("sql_groupby_hashmap_2.0", "sql_groupby_hashmap_2.3"))
+    damaged = placed["sql_groupby_hashmap_2.3"]
+    # Cut the largest state file short: the keyed state of one subtask ends early.
+    victim = max((f for f in damaged.iterdir() if f.name != "_metadata"), key=lambda f: f.stat().st_size)
+    victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+    lake = tmp_path / "lake"
+    out = statecat_cli("materialize", tmp_path / "root", "--to", lake, check=False)
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert out.stderr.startswith("failed") and victim.name in out.stderr, out.stderr
+    assert [r["path"] for r in snapshot_rows(lake)] == [str(placed["sql_groupby_hashmap_2.0"])]
+    del placed["sql_groupby_hashmap_2.3"]
+    assert_lake_matches_savepoints(lake, placed)  # also: no partition of the failed snapshot is left
+
+
+def test_schema_rule_merges_added_fields_and_refuses_other_changes():
+    from statecat.catalog.materialize import _schema_change_problem
+
+    old = pa.schema([("key", pa.string()), ("value", pa.struct([("f0", pa.int64())]))])
+    added = pa.schema([("key", pa.string()), ("value", pa.struct([("f0", pa.int64()), ("f1", pa.string())])),
+                       ("extra", pa.int32())])
+    assert _schema_change_problem(old, added) is None
+    changed = pa.schema([("key", pa.string()), ("value", pa.struct([("f0", pa.string())]))])
+    assert _schema_change_problem(old, changed) == "column value.f0 was int64, is now string"
+    listed = pa.schema([("value", pa.list_(pa.struct([("a", pa.int32())])))])
+    assert _schema_change_problem(listed, pa.schema([("value", pa.list_(pa.struct([("a", pa.int64())])))])) == (
+        "column value[].a was int32, is now int64")
 
 
 def test_operator_and_state_filters_write_only_those_states(tmp_path):

@@ -3,15 +3,18 @@
 - An editable install (``pip install -e``) hides ``pyspark_statecat`` from Spark's discovery of
   ``pyspark_*`` modules; statecat's own sessions still find the ``flinkstate`` source.
 - A session leaves nothing in the system temp directory (Hive's ``<uuid>_resources`` included).
-- A query Spark rejects prints one line (no JSON log record), exit 2; so do Java errors Py4J returns.
+- A query Spark rejects prints one line (no JSON log record), exit 2; so do a damaged state file
+  found by a read in a Python worker and Java errors Py4J returns. A bug keeps its traceback.
 
-Every case runs real Spark in a fresh process.
+Every case runs real Spark in a fresh process. The editable install is built by pip with build
+isolation (setuptools from PyPI or pip's cache), as a user's ``pip install -e .`` would be.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -53,7 +56,7 @@ def _editable_venv(tmp_path: Path) -> Path:
     for name in ("pyproject.toml", "README.md"):
         (source / name).write_bytes((REPO / name).read_bytes())
     for package in ("catalog", "statemeta", "readers"):
-        subprocess.run(["cp", "-r", str(REPO / package), str(source / package)], check=True)
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=TIMEOUT)
     site = next((venv / "lib").glob("python3*/site-packages"))
@@ -147,6 +150,27 @@ def test_a_query_spark_rejects_prints_one_line(tmp_path):
     assert lines[0].startswith("statecat: error: [TABLE_OR_VIEW_NOT_FOUND]") and "no_such_table" in lines[0]
     assert len(lines[0]) < 300 and "{" not in done.stderr
     assert done.stdout == ""
+
+
+def test_a_damaged_state_file_read_through_sql_prints_one_line(tmp_path):
+    """The read fails in a Python worker: statecat's message, without Spark's task-failure logs."""
+    savepoint = tmp_path / "damaged" / "savepoint"
+    shutil.copytree(savepoint_dir(CASE), savepoint)
+    (savepoint / "stateInfo").unlink(missing_ok=True)
+    state_files = [p for p in savepoint.iterdir() if p.name != "_metadata"]
+    assert state_files
+    for f in state_files:
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    done = subprocess.run(_statecat_command() + ["sql", "--home", str(tmp_path / "home"), "--attach",
+                                                 str(tmp_path / "damaged"),
+                                                 "SELECT count(*) FROM damaged.groupaggregate_3__accstate"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 2, done.stderr[-3000:]
+    lines = _error_lines(done.stderr)
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert lines[0].startswith(f"statecat: error: cannot read savepoint {savepoint}, operator GroupAggregate[3], "
+                               "state 'accState': "), lines[0]
 
 
 COMMAND_SCRIPT = textwrap.dedent("""

@@ -55,6 +55,8 @@ def test_eight_concurrent_snapshots_write_one_state_info(tmp_path):
     assert any(json.loads(out)["written"] for out, _, _ in results)
     # One stateInfo, no temp files, Flink's files untouched.
     assert sorted(p.name for p in savepoint.iterdir()) == sorted(files_before + [STATE_INFO_FILE])
+    for name in files_before:
+        assert (savepoint / name).read_bytes() == (savepoint_dir(CASE) / name).read_bytes()
     assert _content(savepoint / STATE_INFO_FILE) == expected
     assert read_state_info(savepoint=str(savepoint)) == load_state_meta(str(savepoint), use_state_info=False)
     # Afterwards a run finds it current and leaves it as it is.

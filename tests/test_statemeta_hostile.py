@@ -330,3 +330,24 @@ def test_recovery_survives_forgetting_any_known_snapshot_class_on_every_fixture(
                     assert state.decode_status == "raw"
                     assert any(forgotten in reason for reason in state.raw_reasons), (case, forgotten, ref)
     assert affected >= 48
+
+
+@pytest.mark.parametrize("snapshot_class, needed", [
+    ("org.apache.flink.api.common.typeutils.base.MapSerializerSnapshot", 2),
+    ("org.apache.flink.streaming.api.operators.TimerSerializerSnapshot", 2),
+    ("org.apache.flink.api.common.typeutils.base.ListSerializerSnapshot", 1),
+    ("org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot", 2),
+])
+def test_composite_snapshot_with_too_few_nested_serializers_is_a_format_error(snapshot_class, needed):
+    # Fuzz finding (atheris, target snapshot): nested[1] of a map snapshot with no nested serializers.
+    from statecat.statemeta.binary import DataInput
+    from statecat.statemeta.snapshots import COMPOSITE_MAGIC, NESTED_DELEGATE_MAGIC, SnapshotReader
+
+    name = snapshot_class.encode()
+    count_at = 4 + 2 + len(name) + 4 + 4 + 4 + 4 + 4
+    data = (struct.pack(">iH", 2, len(name)) + name + struct.pack(">iiiii", 3, COMPOSITE_MAGIC, 1,
+                                                                   NESTED_DELEGATE_MAGIC, 1)
+            + struct.pack(">i", needed - 1))
+    with pytest.raises(FormatError, match=f"expected {needed} nested serializer") as error:
+        SnapshotReader(DataInput.of_bytes(data, "snapshot"), data, 0).top_level()
+    assert error.value.offset == count_at

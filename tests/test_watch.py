@@ -228,6 +228,31 @@ def test_truncated_state_files_are_waited_for(tmp_path, case):
     _processed_once(watcher, savepoint, case)
 
 
+def test_a_copied_state_info_does_not_make_an_incomplete_savepoint_ready(tmp_path):
+    """_metadata and a matching stateInfo arrive first: the savepoint is handed on (e.g. to
+    --attach) only once its state files are there, and once."""
+    source = _place(COPIED[0], tmp_path / "source" / "savepoint-copy")
+    from statecat.statemeta.stateinfo import snapshot
+
+    snapshot(str(source))
+    savepoint = tmp_path / "root" / "savepoint-copy"
+    savepoint.mkdir(parents=True)
+    for name in ("_metadata", STATE_INFO_FILE):
+        shutil.copyfile(source / name, savepoint / name)
+    ready = []
+    watcher = Watcher([str(tmp_path / "root")], on_ready=ready.append)
+    kinds = [e.kind for _ in range(3) for e in watcher.poll()]
+    assert "incomplete" in kinds and not {"done", "snapshot", "unchanged"} & set(kinds) and ready == []
+    for f in _state_files(source):
+        shutil.copyfile(f, savepoint / f.name)
+    events = _until(watcher, lambda ev: bool(ready))
+    events += watcher.poll() + watcher.poll()
+    assert ready == [str(savepoint)]
+    # processed once; rewritten, since the copied stateInfo records the source's path
+    assert [e.kind for e in events if e.kind in ("snapshot", "unchanged", "done")] == ["snapshot"]
+    assert json.loads((savepoint / STATE_INFO_FILE).read_text())["savepoint"]["path"] == str(savepoint)
+
+
 def test_a_state_file_one_byte_short_is_incomplete(tmp_path):
     """The check is exact: every byte the handles record must be there."""
     from statecat.statemeta.completeness import required_sizes, shortfalls
@@ -262,6 +287,21 @@ def test_a_corrupt_savepoint_does_not_stop_the_watcher(tmp_path, caplog):
     good = _place(COPIED[1], root / "savepoint-good")
     _processed_once(watcher, good, COPIED[1])
     assert not [e for e in events + watcher.poll() if e.path == str(damaged) and e.kind == "snapshot"]
+
+
+def test_watch_once_exits_1_while_a_savepoint_is_incomplete(tmp_path):
+    from statecat.catalog.cli import main
+
+    root = tmp_path / "root"
+    savepoint = _place(COPIED[0], root / "savepoint-x")
+    victim = _state_files(savepoint)[0]
+    data = victim.read_bytes()
+    victim.write_bytes(data[:-1])
+    assert main(["watch", str(root), "--once"]) == 1
+    assert not (savepoint / STATE_INFO_FILE).exists()
+    victim.write_bytes(data)
+    assert main(["watch", str(root), "--once"]) == 0
+    assert read_state_info(savepoint=str(savepoint)) == load_state_meta(str(savepoint), use_state_info=False)
 
 
 def test_output_dir_mirrors_the_roots(tmp_path):

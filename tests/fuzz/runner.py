@@ -148,8 +148,7 @@ class WorkerProcess:
         with open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.fuzz.worker", str(scratch), str(self.memory)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=REPO,
-                env={**os.environ, "PYTHONFAULTHANDLER": "1"})
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=REPO)
         self.buffer = b""
         line = self._read_line(time.monotonic() + STARTUP_TIMEOUT)
         if line is None:
@@ -174,8 +173,7 @@ class WorkerProcess:
             outcome = json.loads(line)
             if outcome["status"] == "memory":
                 self.stop()  # the worker exits after a MemoryError; start the next case afresh
-            return Result(case, _classify(outcome, self.baseline[case.fixture]) if case.fixture in self.baseline
-                          else _classify(outcome, None), seconds, _detail(outcome))
+            return Result(case, _classify(outcome, self.baseline.get(case.fixture)), seconds, _detail(outcome))
         if not self.closed:  # still running: hung
             self.process.send_signal(signal.SIGUSR1)
             self._wait_for_dump(stderr_at)
