@@ -14,6 +14,7 @@ import sys
 
 from statecat.catalog.spark_errors import spark_error_message, spark_error_types
 from statecat.statemeta.errors import StatecatError
+from statecat.statemeta.storage import allow_roots_for_process
 
 COMMANDS = ["inspect", "read", "snapshot", "watch", "savepoint", "attach", "sql", "materialize"]
 EXIT_USER_ERROR = 2
@@ -36,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _command_modules():
         sub = module.add_parser(subparsers)
+        sub.add_argument("--allow-root", action="append", default=[], metavar="DIR",
+                         help="also read state files under DIR (repeatable); by default a snapshot's handles may "
+                              "only name files inside its own directory (or, for chk-N, its job directory)")
         sub.set_defaults(run=module.run)
     return parser
 
@@ -43,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        # Through the environment the roots also reach Spark's Python workers started later.
+        allow_roots_for_process(args.allow_root)
         return args.run(args) or 0
     except StatecatError as exc:
         print(f"statecat: error: {exc}", file=sys.stderr)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import posixpath
 import re
 from collections.abc import Callable, Iterator
@@ -54,9 +53,6 @@ from statecat.statemeta.stateinfo import metadata_fingerprint
 log = logging.getLogger("statecat.materialize")
 
 SNAPSHOT_ID_LENGTH = 16
-# For the crash tests only: exit abruptly after this many state-table commits.
-CRASH_AFTER_COMMITS_ENV = "STATECAT_TEST_CRASH_AFTER_COMMITS"
-CRASH_EXIT_CODE = 75
 _JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 DEFAULT_VACUUM_HOURS = 168  # Delta's default: readers of older versions keep working for a week
 
@@ -179,7 +175,6 @@ class Materializer:
         self.on_result = on_result
         self._commits = 0
         self._known: dict[str, dict] | None = None  # snapshots rows, cached by materialize_path
-        self._crash_after = int(os.environ.get(CRASH_AFTER_COMMITS_ENV, "0") or 0)
 
     def run(self, paths: list[str]) -> MaterializeResult:
         """Materializes every snapshot at or under ``paths`` not yet in the lake, then applies retention."""
@@ -431,8 +426,6 @@ class Materializer:
 
     def _committed(self) -> None:
         self._commits += 1
-        if self._crash_after and self._commits >= self._crash_after:
-            os._exit(CRASH_EXIT_CODE)  # simulates a crash between two commits (tests only)
 
     # -- lake-wide
 

@@ -7,7 +7,6 @@ Parses into plain frozen objects: operators, subtask states and state handles. I
 
 from __future__ import annotations
 
-import io
 import logging
 from dataclasses import dataclass, field
 

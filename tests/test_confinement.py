@@ -345,3 +345,25 @@ def test_allow_roots_for_process_reaches_later_opens(case, tmp_path, monkeypatch
     allow_roots_for_process([str(outside)])  # idempotent
     assert split_roots(os.environ[ALLOWED_ROOTS_ENV]) == (str(outside), "s3://bucket/x")
     load_state_meta(case / "savepoint", use_state_info=False)
+
+
+def test_cli_refuses_a_handle_outside_and_reads_it_with_allow_root(case, tmp_path):
+    savepoint = case / "savepoint"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    name = _relative_handles((savepoint / "_metadata").read_bytes())[0][1]
+    shutil.move(savepoint / name, elsewhere / name)
+    _as_absolute_handle(savepoint, 0, f"file:{elsewhere / name}")
+    command = [sys.executable, "-m", "statecat.catalog.cli", "read", str(savepoint), "--state", KEYED_STATE,
+               "--format", "jsonl"]
+    refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.count("\n") == 1 and "--allow-root" in refused.stderr, refused.stderr
+    allowed = subprocess.run([*command, "--allow-root", str(elsewhere)], capture_output=True, text=True, timeout=120)
+    assert allowed.returncode == 0, allowed.stderr
+    rows = [json.loads(line) for line in allowed.stdout.splitlines()]
+    expected = next(state for _, state in iter_states(load_expected(case)) if state["name"] == KEYED_STATE)
+    def by_key(items):
+        return sorted(items, key=lambda row: row["key"])
+
+    assert by_key(rows) == by_key(expected["rows"]) and rows

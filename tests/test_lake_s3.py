@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -22,7 +21,6 @@ from statecat.statemeta.naming import stable_state_names
 from statecat.statemeta.storage import open_storage
 from tests.fixtures.expected import savepoint_dir
 from tests.test_materialize import (
-    CRASH_AFTER_COMMITS_ENV,
     CRASH_EXIT_CODE,
     canonical,
     duckdb_with_delta,
@@ -103,8 +101,8 @@ def test_materialize_s3_savepoints_into_an_s3_lake_exactly_once(s3, tmp_path):
     uris = {case: _upload(filesystem, case, f"savepoints/job/savepoint-{i:06x}-{'a' * 12}")
             for i, case in enumerate(CASES)}
     lake = f"s3://{BUCKET}/lake"
-    env = dict(os.environ, **{CRASH_AFTER_COMMITS_ENV: "9"})  # dies while writing the second snapshot
-    crashed = statecat_cli("materialize", f"s3://{BUCKET}/savepoints", "--to", lake, env=env, check=False)
+    # Dies while writing the second snapshot.
+    crashed = statecat_cli("materialize", f"s3://{BUCKET}/savepoints", "--to", lake, check=False, crash_after_commits=9)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
     first = statecat_cli("materialize", f"s3://{BUCKET}/savepoints", "--to", lake)
     assert first.stdout.count("written ") == 2 and first.stdout.count("skipped ") == 1, first.stdout

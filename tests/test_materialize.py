@@ -22,7 +22,8 @@ import pyarrow as pa
 import pytest
 
 from statecat.catalog.lake_tables import delta_type, read_delta
-from statecat.catalog.materialize import CRASH_AFTER_COMMITS_ENV, CRASH_EXIT_CODE, Materializer, Retention, Selection
+from statecat.catalog.materialize import Materializer, Retention, Selection
+from tests.crashing_materialize import CRASH_EXIT_CODE
 from statecat.readers import SavepointReader, key_group_for
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import stable_state_names
@@ -113,9 +114,18 @@ def place_history(root: Path, cases=GROUPBY_HISTORY) -> dict[str, Path]:
     return placed
 
 
-def statecat_cli(*args, env=None, check=True):
-    proc = subprocess.run([sys.executable, "-m", "statecat.catalog.cli", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=300)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def statecat_cli(*args, env=None, check=True, crash_after_commits: int | None = None):
+    """``statecat ARGS`` in a child process; with ``crash_after_commits``, a materialize that dies
+    abruptly after that many lake commits (tests/crashing_materialize.py)."""
+    if crash_after_commits is None:
+        command = [sys.executable, "-m", "statecat.catalog.cli", *map(str, args)]
+    else:
+        assert args[0] == "materialize"
+        command = [sys.executable, "-m", "tests.crashing_materialize", str(crash_after_commits), *map(str, args[1:])]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300, cwd=REPO)
     if check and proc.returncode not in (0,):
         raise AssertionError(f"statecat {' '.join(map(str, args))} exited {proc.returncode}:\n{proc.stderr}")
     return proc
@@ -365,8 +375,7 @@ def test_crash_mid_write_then_rerun_gives_each_snapshot_once(tmp_path, crash_aft
     cases = ("sql_groupby_hashmap_2.0", "sql_groupby_rocksdb_2.3", "sql_groupby_hashmap_2.3")
     placed = place_history(tmp_path / "root", cases)
     lake = tmp_path / "lake"
-    env = dict(os.environ, **{CRASH_AFTER_COMMITS_ENV: str(crash_after)})
-    crashed = statecat_cli("materialize", tmp_path / "root", "--to", lake, env=env, check=False)
+    crashed = statecat_cli("materialize", tmp_path / "root", "--to", lake, check=False, crash_after_commits=crash_after)
     assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr
     # Commits per snapshot: 5 state tables, state_stats, state_meta, then the snapshots row.
     finished = crash_after // 7
@@ -383,8 +392,9 @@ def test_crash_mid_write_then_rerun_gives_each_snapshot_once(tmp_path, crash_aft
 def test_orphan_partitions_of_a_vanished_savepoint_are_deleted(tmp_path):
     placed = place_history(tmp_path / "root", ("sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_2.3"))
     lake = tmp_path / "lake"
-    env = dict(os.environ, **{CRASH_AFTER_COMMITS_ENV: "9"})  # dies in the second snapshot
-    assert statecat_cli("materialize", tmp_path / "root", "--to", lake, env=env, check=False).returncode == CRASH_EXIT_CODE
+    # Dies in the second snapshot.
+    crashed = statecat_cli("materialize", tmp_path / "root", "--to", lake, check=False, crash_after_commits=9)
+    assert crashed.returncode == CRASH_EXIT_CODE
     shutil.rmtree(placed.pop("sql_groupby_rocksdb_2.3"))
     statecat_cli("materialize", tmp_path / "root", "--to", lake)
     assert_lake_matches_savepoints(lake, placed)
