@@ -72,7 +72,8 @@ def test_spark_sql_lists_the_attached_databases_and_answers_every_example(home, 
     done = subprocess.run(
         [str(BIN / "spark-sql"), "--master", "local[2]", "-S",
          "--conf", "spark.sql.python.filterPushdown.enabled=true", "--conf", "spark.sql.session.timeZone=UTC",
-         "--conf", "spark.ui.enabled=false", "-f", str(script)],
+         "--conf", "spark.ui.enabled=false",
+         "--conf", f"spark.hadoop.hive.downloaded.resources.dir={tmp_path / 'hive-resources'}", "-f", str(script)],
         cwd=home, env=_env(home), capture_output=True, text=True, timeout=TIMEOUT, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
