@@ -85,7 +85,7 @@ def main(argv=None) -> int:
         assert spark.table("statecat.savepoints").count() == args.count
 
         target = next(r.database for r in result.registered if "groupby_hashmap_2_3" in r.database)
-        query = f"SELECT value.f0, value.f1 FROM {target}.groupaggregate_3__accstate WHERE key = 'key_662'"
+        query = f"SELECT value.f0, value.f1 FROM {target}.accstate WHERE key = 'key_662'"
         started = time.perf_counter()
         first = [tuple(r) for r in sql(spark, query).collect()]
         figures["first_query_with_lazy_materialise_s"] = round(time.perf_counter() - started, 2)

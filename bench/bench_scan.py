@@ -93,6 +93,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--java-ref", action="store_true")
     args = parser.parse_args()
+    if args.java_ref and not JAVA_REF.exists():
+        parser.error(f"--java-ref needs Flink's decoder at {JAVA_REF} (the team's shared directory next to "
+                     "the repository, not part of a plain clone); run without --java-ref to measure statecat alone")
 
     path = ensure_savepoint(args.dir, args.keys)
     size = savepoint_size(path)

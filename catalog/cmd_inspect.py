@@ -6,7 +6,8 @@ import json
 import sys
 
 from statecat.statemeta.metadata import FileStream, InlineStream, KeyGroupsHandle, UnsupportedKeyedHandle
-from statecat.statemeta.model import StateMeta, load_state_meta, table_name
+from statecat.statemeta.model import StateMeta, load_state_meta
+from statecat.statemeta.naming import catalog_table_names
 
 
 def add_parser(subparsers):
@@ -62,6 +63,7 @@ def _stream_bytes(op) -> int:
 def describe(meta: StateMeta) -> dict:
     md = meta.metadata
     by_id = {op.id: op for op in md.operators}
+    tables = catalog_table_names(meta).states
     operators = []
     for op in meta.operators:
         raw_op = by_id[op.id]
@@ -77,7 +79,7 @@ def describe(meta: StateMeta) -> dict:
                 "decode_status": state.decode_status,
                 "raw_reasons": state.raw_reasons,
                 "subtasks": sorted({loc.subtask for loc in state.locations}),
-                "table": table_name(op, state),
+                "table": tables[(op.id, state.name)],
             })
         operators.append({
             "id": op.id, "uid": op.uid, "name": op.name, "parallelism": op.parallelism,

@@ -3,7 +3,7 @@
     import statecat
     spark = statecat.catalog.session()                 # local Spark, Hive catalog, pushdown on
     statecat.attach(spark, ["/savepoints"])            # every savepoint under the roots
-    statecat.catalog.sql(spark, "SELECT * FROM my_job.groupaggregate_3__accstate WHERE key = 'k'")
+    statecat.catalog.sql(spark, "SELECT * FROM my_job.accstate WHERE key = 'k'")
 
 Attaching has two steps. *Registering* reads each savepoint's ``_metadata`` (never its state) and
 appends one row per new savepoint to the catalog-wide table ``statecat.savepoints`` (see

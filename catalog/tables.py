@@ -3,8 +3,10 @@
 Per savepoint database:
 
 * ``state_meta``: one row per state (operator, kind, types, decode status, size);
-* ``<operator>__<state>``: one table per state, columns ``key, namespace, value`` (keyed and timer
-  states) or ``value, subtask`` (operator list, union and broadcast states);
+* ``<state>``: one table per state, columns ``key, namespace, value`` (keyed and timer states) or
+  ``value, subtask`` (operator list, union and broadcast states), named as in the Delta lake
+  (``statecat.statemeta.naming``: ``accstate``, ``<operator>__<state>`` only where several operators
+  have a state of that name);
 * ``<operator>``: one table per operator with states, spanning all of them as JSON text
   (``state_name, kind, subtask, key, namespace, value``).
 
@@ -19,7 +21,8 @@ import json
 from dataclasses import asdict, dataclass
 
 from statecat.statemeta.errors import LookupFailedError
-from statecat.statemeta.model import STATE_META_TABLE, StateInfo, StateMeta, catalog_table_names
+from statecat.statemeta.model import STATE_META_TABLE, StateInfo, StateMeta
+from statecat.statemeta.naming import catalog_table_names
 
 SOURCE_NAME = "flinkstate"
 REF_METADATA_KEY = "statecat.table"

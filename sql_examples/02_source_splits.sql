@@ -4,6 +4,6 @@
 -- LEFT JOIN keeps visible as a row with NULL split columns.
 SELECT m.operator_name, m.state_name, m.stream_bytes, s.subtask, length(s.value) AS split_bytes, hex(s.value) AS split_hex
 FROM sql_groupby_hashmap_2_3.state_meta AS m
-LEFT JOIN sql_groupby_hashmap_2_3.source_src_1__sourcereaderstate AS s ON TRUE
+LEFT JOIN sql_groupby_hashmap_2_3.sourcereaderstate AS s ON TRUE
 WHERE m.state_name = 'SourceReaderState'
 ORDER BY s.subtask

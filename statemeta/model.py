@@ -363,39 +363,6 @@ def operator_id_for_uid(uid: str) -> str:
 STATE_META_TABLE = "state_meta"
 
 
-def table_name(operator: OperatorMeta, state: StateInfo) -> str:
-    """A SQL-safe table name for a state: ``<operator>__<state>``, lower case (before de-duplication)."""
-    return f"{sql_name(operator.label)}__{sql_name(state.name)}"
-
-
-@dataclass(frozen=True)
-class TableNames:
-    """The collision-free table names of a savepoint's database (stable for a given savepoint)."""
-
-    states: dict[tuple[str, str], str]  # (operator id, state name) -> table
-    operators: dict[str, str]  # operator id -> the table spanning all its states
-
-
-def catalog_table_names(meta: StateMeta) -> TableNames:
-    used = {STATE_META_TABLE}
-    states = {(op.id, state.name): _unique_name(table_name(op, state), op, used) for op, state in meta.states()}
-    operators = {op.id: _unique_name(sql_name(op.label), op, used) for op in meta.operators if op.states}
-    return TableNames(states, operators)
-
-
-def _unique_name(name: str, op: OperatorMeta, used: set[str]) -> str:
-    # Two operators can share a label (e.g. unnamed operators of different jobs); the id tells them apart.
-    if name in used:
-        name = f"{name}_{op.id[:8]}"
-    suffix = 2
-    base = name
-    while name in used:
-        name = f"{base}_{suffix}"
-        suffix += 1
-    used.add(name)
-    return name
-
-
 def sql_name(text: str) -> str:
     name = re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
     return name or "unnamed"

@@ -10,13 +10,18 @@ counters (``Source: orders[3]`` → ``source_orders``), else (no uid, no name) i
 digits; a name still shared after that gets the operator id's first 8 hex digits appended.
 
 Names depend only on the savepoint's operators and state names, never on the order they are
-listed in, so the same plan always gives the same names.
+listed in, so the same plan always gives the same names. The Spark catalog and the Delta lake use
+these names alike (``catalog_table_names``); an operator's table of all its states is named by its
+kind, with the operator id's first 8 hex digits only where that name is already taken. No table
+takes a SQL reserved word: such a state name is qualified by its operator, such an operator kind
+gets ``_op`` (Flink SQL's ``Join[5]`` → ``join_op``).
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from dataclasses import dataclass
 
 from statecat.statemeta.model import STATE_META_TABLE, OperatorMeta, StateMeta, sql_name
 
@@ -24,6 +29,16 @@ from statecat.statemeta.model import STATE_META_TABLE, OperatorMeta, StateMeta, 
 _PLAN_COUNTER = re.compile(r"\[\d+\]")
 # Names lake/catalog tables of statecat's own use; a state never takes one of them.
 RESERVED_NAMES = frozenset({STATE_META_TABLE, "snapshots", "state_stats"})
+# SQL's reserved words (Spark's ANSI list): a table named ``join`` or ``order`` needs quoting in
+# Spark's ANSI mode and in other engines, so no table takes one.
+SQL_KEYWORDS = frozenset("""
+    all and any as authorization both case cast check collate column constraint create cross
+    current_date current_time current_timestamp current_user distinct else end escape except false
+    fetch filter for foreign from full grant group having in inner intersect into is join lateral
+    leading left natural not null offset on only or order outer overlaps primary references right
+    select session_user some table then time to trailing true union unique unknown user using when
+    where with
+""".split())
 
 
 def operator_kind(op: OperatorMeta) -> str:
@@ -43,7 +58,7 @@ def stable_state_names(meta: StateMeta) -> dict[tuple[str, str], str]:
     names: dict[tuple[str, str], str] = {}
     candidates: dict[str, list[tuple[str, str, str]]] = defaultdict(list)  # name -> (op id, state, base)
     for base, owners in by_state.items():
-        shared = len(owners) > 1 or base in RESERVED_NAMES
+        shared = len(owners) > 1 or base in RESERVED_NAMES or base in SQL_KEYWORDS
         for op, state_name in owners:
             name = f"{operator_kind(op)}__{base}" if shared else base
             candidates[name].append((op.id, state_name, name))
@@ -56,6 +71,43 @@ def stable_state_names(meta: StateMeta) -> dict[tuple[str, str], str]:
         for op_id, state_name, base in sorted(owners):
             names[(op_id, state_name)] = f"{base}_{op_id[:8]}"
     return _deduplicated(names)
+
+
+@dataclass(frozen=True)
+class TableNames:
+    """The collision-free table names of a savepoint's database (the same for every savepoint of a plan)."""
+
+    states: dict[tuple[str, str], str]  # (operator id, state name) -> table
+    operators: dict[str, str]  # operator id -> the table spanning all its states
+
+
+def catalog_table_names(meta: StateMeta) -> TableNames:
+    """Every table name of a savepoint's catalog database: its states' stable names, and one per operator."""
+    states = stable_state_names(meta)
+    used = set(RESERVED_NAMES) | set(states.values())
+    operators: dict[str, str] = {}
+    by_kind: dict[str, list[str]] = defaultdict(list)
+    for op in meta.operators:
+        if op.states:
+            kind = operator_kind(op)
+            by_kind[f"{kind}_op" if kind in SQL_KEYWORDS else kind].append(op.id)  # Flink SQL's Join[5]
+    for kind in sorted(by_kind):
+        owners = by_kind[kind]
+        if len(owners) == 1 and kind not in used:
+            operators[owners[0]] = kind
+            used.add(kind)
+    for kind in sorted(by_kind):
+        for op_id in sorted(by_kind[kind]):
+            if op_id in operators:
+                continue
+            # Two operators of one kind, or a kind equal to a state's name: the id tells them apart.
+            name, suffix = f"{kind}_{op_id[:8]}", 2
+            while name in used:
+                name = f"{kind}_{op_id[:8]}_{suffix}"
+                suffix += 1
+            operators[op_id] = name
+            used.add(name)
+    return TableNames(states, operators)
 
 
 def _deduplicated(names: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:

@@ -46,9 +46,8 @@ from statecat.statemeta.model import (
     OperatorMeta,
     StateInfo,
     StateMeta,
-    catalog_table_names,
-    table_name,
 )
+from statecat.statemeta.naming import catalog_table_names
 from statecat.statemeta.snapshots import PRIMITIVE_ARRAY_SNAPSHOTS, SIMPLE_SNAPSHOTS
 from statecat.statemeta.storage import METADATA_FILE, Storage, open_regular_file, open_storage
 from statecat.statemeta.types import TypeDescriptor
@@ -178,7 +177,7 @@ def to_state_info(meta: StateMeta, *, descriptors: dict | None = None,
         out = _operator_json(meta.storage, op, raw_ops[op.id])
         out["table"] = operator_tables.get(op.id)
         for state in out["states"]:
-            state["table"] = state_tables.get((op.id, state["name"]), state["table"])
+            state["table"] = state_tables.get((op.id, state["name"]))
         doc["operators"].append(out)
     for raw in md.operators:  # operators StateMeta leaves out (none today), so the index stays complete
         if raw.id not in listed:
@@ -265,7 +264,7 @@ def _state_json(storage: Storage, op: OperatorMeta, state: StateInfo, handles: d
     return {
         "name": state.name,
         "stored_name": declared.get("stored_name", state.name) if declared else state.name,
-        "table": table_name(op, state),
+        "table": None,  # the catalog's table of this state, filled in with every state's name known
         "kind": state.kind,
         "state_type": state.state_type,
         "key": _type_json(state.key),

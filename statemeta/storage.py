@@ -426,7 +426,7 @@ def open_storage(path: str, *, allowed_roots=None) -> Storage:
     """Locates the savepoint directory for a user path.
 
     Accepts the directory holding ``_metadata``, the ``_metadata`` file itself, or a directory
-    holding exactly one ``savepoint-*``/``chk-*`` directory. ``allowed_roots`` (paths or URIs)
+    holding exactly one directory that holds ``_metadata`` (``savepoint-*``, ``chk-*``, any name). ``allowed_roots`` (paths or URIs)
     and ``STATECAT_ALLOWED_ROOTS`` name directories beyond the snapshot's own that its state
     handles may point into.
     """
@@ -470,9 +470,10 @@ def _find_metadata_dir(filesystem: pafs.FileSystem, directory: str, raw: str) ->
     if filesystem.get_file_info(posixpath.join(directory, METADATA_FILE)).type == pafs.FileType.File:
         return directory
     children = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
+    # Any name: Flink's savepoint-*/chk-*, or a copy's own name (``savepoint/``) as attach accepts it.
     candidates = [
         c.path for c in children
-        if c.type == pafs.FileType.Directory and c.base_name.startswith(SAVEPOINT_DIR_PREFIXES)
+        if c.type == pafs.FileType.Directory and not c.base_name.startswith(".")
         and filesystem.get_file_info(posixpath.join(c.path, METADATA_FILE)).type == pafs.FileType.File
     ]
     if len(candidates) == 1:

@@ -6,6 +6,7 @@ must-reject vectors); the real bytes themselves are read by the acceptance tests
 
 from __future__ import annotations
 
+import json
 import shutil
 import struct
 import subprocess
@@ -24,7 +25,7 @@ from statecat.statemeta.errors import (
 )
 from statecat.statemeta.metadata import METADATA_MAGIC, read_metadata
 from statecat.statemeta.model import load_state_meta
-from tests.fixtures.expected import savepoint_dir
+from tests.fixtures.expected import load_expected, savepoint_dir
 
 FILE_CASE = "sql_groupby_hashmap_2.3"  # state in files next to _metadata, and inline
 STATECAT = [sys.executable, "-m", "statecat.catalog.cli"]
@@ -137,6 +138,24 @@ def test_parent_with_one_savepoint_is_accepted(savepoint):
     savepoint.rename(parent / "savepoint-abc123-0123456789ab")
     meta = load_state_meta(parent)
     assert meta.storage.directory.endswith("savepoint-abc123-0123456789ab")
+
+
+def test_parent_with_one_savepoint_of_any_name_is_accepted_by_every_command(savepoint, tmp_path):
+    # The fixture cases hold their savepoint as ``savepoint/``: attach finds it, and so must the rest.
+    case = savepoint.parent
+    assert load_state_meta(case).storage.directory == str(savepoint)
+    assert _cli("inspect", str(case)).returncode == 0
+    read = _cli("read", str(case), "--state", "accState", "--key", "key_662", "--format", "jsonl")
+    assert read.returncode == 0, read.stderr
+    expected = [r["value"] for op in load_expected(FILE_CASE)["operators"] for st in op["states"]
+                if st["name"] == "accState" for r in st["rows"] if r["key"] == "key_662"]
+    assert [json.loads(line)["value"] for line in read.stdout.splitlines()] == expected
+    output = tmp_path / "state_info_out"
+    assert _cli("snapshot", str(case), "--output", str(output)).returncode == 0
+    (case / "other").mkdir()
+    shutil.copy(savepoint / "_metadata", case / "other" / "_metadata")
+    several = _cli("inspect", str(case))
+    assert several.returncode == 2 and "several savepoints (other, savepoint)" in several.stderr
 
 
 def test_cli_reports_errors_without_traceback(savepoint):

@@ -20,7 +20,7 @@ from tests.fixtures.expected import CASES, CASES_DIR, load_expected, savepoint_d
 
 GROUPBY_CASE = "sql_groupby_hashmap_2.3"
 GROUPBY_DB = "sql_groupby_hashmap_2_3"
-ACC_TABLE = f"{GROUPBY_DB}.groupaggregate_3__accstate"
+ACC_TABLE = f"{GROUPBY_DB}.accstate"
 # The cases this module relies on; more fixture cases may appear, each would cost seconds to attach.
 SQL_CASES = [c for c in ("sql_groupby_hashmap_1.20", "sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_1.20",
                          "sql_groupby_rocksdb_2.3", "sql_join_2.3", "sql_window_2.3") if c in CASES]
@@ -109,7 +109,14 @@ def test_database_names_are_readable_stable_and_collision_free(tmp_path):
     path = str(savepoint_dir(GROUPBY_CASE))
     assert readable_name(path, root) == GROUPBY_DB
     assert readable_name(path, path) == GROUPBY_DB  # the root is the savepoint itself
-    assert readable_name("/sp/savepoint-1a2b3c-4d5e6f7a8b9c", "/sp") == "savepoint_1a2b3c_4d5e6f7a8b9c"
+    # Flink's random ids are cut to 8 hex digits, deep paths keep the directories nearest the savepoint.
+    assert readable_name("/sp/savepoint-1a2b3c-4d5e6f7a8b9c", "/sp") == "savepoint_4d5e6f7a"
+    assert readable_name("/sp/orders/savepoint-1a2b3c-4d5e6f7a8b9c", "/sp") == "orders_savepoint_4d5e6f7a"
+    assert readable_name("/sp/orders/savepoint-1a2b3c-4d5e6f7a8b9c") == "orders_savepoint_4d5e6f7a"
+    job = "/ck/prod/flink/orders-enrichment/0f1e2d3c4b5a69788796a5b4c3d2e1f0/chk-12"
+    assert readable_name(job, "/ck") == "flink_orders_enrichment_0f1e2d3c_chk_12"
+    assert readable_name("s3://b/team/prod/a-rather-long-pipeline-name/savepoint-1a2b3c-4d5e6f7a8b9c",
+                         "s3://b") == "a_rather_long_pipeline_name_savepoint_4d5e6f7a"
     assert readable_name("/x/2024/job", "/x") == "sp_2024_job"
     first = unique_name(path, GROUPBY_DB, set())
     other = unique_name("/elsewhere/savepoint", GROUPBY_DB, {first})
@@ -306,6 +313,19 @@ def test_aggregates_equal_the_job_input(spark, case):
 
 
 @pytest.mark.spark
+def test_a_state_table_has_one_name_in_every_savepoint_of_the_job(spark):
+    groupby = [c for c in SQL_CASES if c.startswith("sql_groupby")]  # Flink 1.20 and 2.3, heap and RocksDB
+    assert len(groupby) >= 2
+    for case in groupby:
+        expected = next(len(st["rows"]) for op in load_expected(case)["operators"] for st in op["states"]
+                        if st["name"] == "accState")
+        assert spark.sql(f"SELECT count(*) FROM {db_name(case)}.accstate").first()[0] == expected, case
+        tables = {r["table_name"] for r in spark.table(f"{db_name(case)}.state_meta").collect()}
+        assert tables == {"accstate", "coordinator", "sourcereaderstate", "timer_state_event_user_timers",
+                          "timer_state_processing_user_timers"}, case
+
+
+@pytest.mark.spark
 def test_where_key_reads_one_key_group_and_equals_the_filtered_full_scan(spark):
     full = spark.table(ACC_TABLE)
     query = spark.sql(f"SELECT * FROM {ACC_TABLE} WHERE key = 'key_662'")
@@ -325,14 +345,14 @@ def test_operator_table_spans_all_states_as_json(spark):
     import json
 
     counts = {r["state_name"]: r["n"] for r in spark.sql(
-        "SELECT state_name, count(*) AS n FROM sql_window_2_3.windowaggregate_4 GROUP BY state_name").collect()}
+        "SELECT state_name, count(*) AS n FROM sql_window_2_3.windowaggregate GROUP BY state_name").collect()}
     expected = {s["name"]: len(s["rows"]) for op in load_expected("sql_window_2.3")["operators"]
                 for s in op["states"] if s["rows"]}
     assert counts == expected
-    row = spark.sql("SELECT * FROM sql_window_2_3.windowaggregate_4 "
+    row = spark.sql("SELECT * FROM sql_window_2_3.windowaggregate "
                     "WHERE state_name = 'window-aggs' AND key = '\"w_8\"' ORDER BY namespace LIMIT 1").collect()[0]
     assert json.loads(row["value"]) == {"f0": 3, "f1": 138} and json.loads(row["namespace"]) == 1704067560000
-    pruned = spark.sql("SELECT * FROM sql_window_2_3.windowaggregate_4 WHERE state_name = 'watermark'")
+    pruned = spark.sql("SELECT * FROM sql_window_2_3.windowaggregate WHERE state_name = 'watermark'")
     assert pruned.rdd.getNumPartitions() == 2  # the union state's two subtasks only
     assert pruned.count() == 2
 
@@ -373,7 +393,7 @@ def test_lazy_attach_registers_only_and_a_query_materialises_what_it_names(spark
     names = sorted(r.database for r in result.registered)
     assert names == ["job0", "job1", "job2"] and result.materialised == []
     assert not any(spark.catalog.databaseExists(n) for n in names)
-    got = sql(spark, "SELECT value.f0, value.f1 FROM job1.groupaggregate_3__accstate WHERE key = 'key_662'").collect()
+    got = sql(spark, "SELECT value.f0, value.f1 FROM job1.accstate WHERE key = 'key_662'").collect()
     assert [tuple(r) for r in got] == [(1, 336)]
     assert spark.catalog.databaseExists("job1")
     assert not spark.catalog.databaseExists("job0") and not spark.catalog.databaseExists("job2")
@@ -387,11 +407,11 @@ def test_unknown_savepoint_and_state_are_named_with_suggestions(spark):
 
     with pytest.raises(LookupFailedError, match=r"unknown savepoint database 'sql_groupby_hashmap_2_4'.*"
                                                 r"Did you mean 'sql_groupby_hashmap_2_3'"):
-        sql(spark, "SELECT * FROM sql_groupby_hashmap_2_4.groupaggregate_3__accstate")
-    with pytest.raises(LookupFailedError, match=r"unknown state table 'groupaggregate_3__accstat' in savepoint "
+        sql(spark, "SELECT * FROM sql_groupby_hashmap_2_4.accstate")
+    with pytest.raises(LookupFailedError, match=r"unknown state table 'accstat' in savepoint "
                                                 r"database 'sql_groupby_hashmap_2_3' \(.*sql_groupby_hashmap_2.3/"
-                                                r"savepoint\).*Did you mean 'groupaggregate_3__accstate'"):
-        sql(spark, "SELECT * FROM sql_groupby_hashmap_2_3.groupaggregate_3__accstat")
+                                                r"savepoint\).*Did you mean 'accstate'"):
+        sql(spark, "SELECT * FROM sql_groupby_hashmap_2_3.accstat")
     with pytest.raises(Exception, match=r"unknown state 'nope' in savepoint .*sql_groupby_hashmap_2.3/savepoint"):
         spark.read.format("flinkstate").option("path", str(savepoint_dir(GROUPBY_CASE))) \
             .option("state", "nope").load().collect()
@@ -414,7 +434,7 @@ def test_missing_state_file_at_query_time_names_savepoint_operator_and_state(spa
     for f in data_files:
         f.unlink()
     with pytest.raises(Exception) as info:
-        spark.sql("SELECT count(*) FROM broken_missing.groupaggregate_3__accstate").collect()
+        spark.sql("SELECT count(*) FROM broken_missing.accstate").collect()
     message = str(info.value)
     assert f"savepoint {savepoint}" in message
     assert "operator GroupAggregate[3]" in message and "state 'accState'" in message
@@ -432,7 +452,7 @@ def test_truncated_state_file_at_query_time_names_savepoint_operator_and_state(s
     for f in data_files:
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     with pytest.raises(Exception) as info:
-        spark.sql("SELECT count(*) FROM broken_truncated.groupaggregate_3__accstate").collect()
+        spark.sql("SELECT count(*) FROM broken_truncated.accstate").collect()
     message = str(info.value)
     assert f"savepoint {savepoint}" in message
     assert "operator GroupAggregate[3]" in message and "state 'accState'" in message

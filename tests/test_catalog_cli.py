@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 CASES = ["sql_groupby_hashmap_2.3", "sql_window_2.3", "sql_join_2.3"]
 MAIN_QUERY = ("SELECT key, value.f0 AS count, value.f1 AS total "
-              "FROM sql_groupby_hashmap_2_3.groupaggregate_3__accstate WHERE key = 'key_662'")
+              "FROM sql_groupby_hashmap_2_3.accstate WHERE key = 'key_662'")
 TIMEOUT = 300
 
 
@@ -111,7 +111,7 @@ def test_readme_main_command_prints_the_key_662_aggregate(home, tmp_path):
 
 @pytest.mark.spark
 def test_statecat_sql_unknown_savepoint_is_a_one_line_error(home, tmp_path):
-    done = _statecat("sql", "SELECT * FROM sql_groupby_hashmap_2_4.groupaggregate_3__accstate",
+    done = _statecat("sql", "SELECT * FROM sql_groupby_hashmap_2_4.accstate",
                      home=home, cwd=tmp_path)
     assert done.returncode == 2
     assert ("statecat: error: unknown savepoint database 'sql_groupby_hashmap_2_4'. "

@@ -29,7 +29,7 @@ BIN = Path(sys.executable).parent
 TIMEOUT = 300
 CASE = "sql_groupby_hashmap_2.3"
 ACC_QUERY = ("SELECT key, value.f0 AS f0, value.f1 AS f1 "
-             "FROM sql_groupby_hashmap_2_3.groupaggregate_3__accstate")
+             "FROM sql_groupby_hashmap_2_3.accstate")
 # What the JVM itself (not Spark's logging) prints on stderr when Spark adds an incubator module.
 JVM_LAUNCHER_LINES = ("WARNING: Using incubator modules:",)
 
@@ -164,7 +164,7 @@ def test_a_damaged_state_file_read_through_sql_prints_one_line(tmp_path):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     done = subprocess.run(_statecat_command() + ["sql", "--home", str(tmp_path / "home"), "--attach",
                                                  str(tmp_path / "damaged"),
-                                                 "SELECT count(*) FROM damaged.groupaggregate_3__accstate"],
+                                                 "SELECT count(*) FROM damaged.accstate"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 2, done.stderr[-3000:]
     lines = _error_lines(done.stderr)
