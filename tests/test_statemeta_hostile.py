@@ -47,9 +47,8 @@ def _key_groups_handle(savepoint: Path) -> tuple[KeyGroupsHandle, int]:
     return handle, at
 
 
-def test_header_recovery_is_bounded_on_the_reported_repro(tmp_path, monkeypatch):
-    # The damaged bytes lie inside accState's value serializer snapshot (GroupAggregate's inline
-    # keyed header). The old search re-parsed that header 20,000 times and then failed.
+def _reported_repro_counting_parses(tmp_path, monkeypatch) -> tuple[Path, list]:
+    """The issue's header-recovery repro, and a list that grows by one per header parse."""
     savepoint = _copy(tmp_path, "sql_types_2.3")
     _patch(savepoint, 7606, bytes.fromhex("0000000100000000"))
     parses = []
@@ -60,6 +59,13 @@ def test_header_recovery_is_bounded_on_the_reported_repro(tmp_path, monkeypatch)
         original_init(self, *args)
 
     monkeypatch.setattr(headers._HeaderParser, "__init__", counting_init)
+    return savepoint, parses
+
+
+def test_header_recovery_is_bounded_on_the_reported_repro(tmp_path, monkeypatch):
+    # The damaged bytes lie inside accState's value serializer snapshot (GroupAggregate's inline
+    # keyed header). The old search re-parsed that header 20,000 times and then failed.
+    savepoint, parses = _reported_repro_counting_parses(tmp_path, monkeypatch)
     meta = load_state_meta(savepoint, use_state_info=False)
     headers_in_savepoint = 8  # operator and keyed stream headers of this savepoint, one parse each
     assert len(parses) <= headers.MAX_RECOVERY_ATTEMPTS + headers_in_savepoint
@@ -71,16 +77,7 @@ def test_header_recovery_is_bounded_on_the_reported_repro(tmp_path, monkeypatch)
 
 
 def test_header_recovery_gives_up_with_an_error_within_the_budget(tmp_path, monkeypatch):
-    savepoint = _copy(tmp_path, "sql_types_2.3")
-    _patch(savepoint, 7606, bytes.fromhex("0000000100000000"))
-    parses = []
-    original_init = headers._HeaderParser.__init__
-
-    def counting_init(self, *args):
-        parses.append(1)
-        original_init(self, *args)
-
-    monkeypatch.setattr(headers._HeaderParser, "__init__", counting_init)
+    savepoint, parses = _reported_repro_counting_parses(tmp_path, monkeypatch)
     monkeypatch.setattr(headers, "RECOVERY_WORK_BYTES", 1)  # two trial parses per header at most
     with pytest.raises(FormatError, match="within 2 trial parses") as error:
         load_state_meta(savepoint, use_state_info=False)
