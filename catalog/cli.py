@@ -16,16 +16,17 @@ from statecat.catalog.spark_errors import spark_error_message, spark_error_types
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.storage import allow_roots_for_process
 
-COMMANDS = ["inspect", "read", "snapshot", "watch", "savepoint", "attach", "sql", "materialize"]
+COMMANDS = ["inspect", "read", "key", "history", "diff", "report", "snapshot", "watch", "savepoint", "attach",
+            "detach", "relocate", "sql", "serve", "spark-sql", "metastore", "materialize"]
 EXIT_USER_ERROR = 2
 
 
 def _command_modules():
     for name in COMMANDS:
         try:
-            yield importlib.import_module(f"statecat.catalog.cmd_{name}")
+            yield importlib.import_module(f"statecat.catalog.cmd_{name.replace('-', '_')}")
         except ModuleNotFoundError as exc:
-            if exc.name != f"statecat.catalog.cmd_{name}":
+            if exc.name != f"statecat.catalog.cmd_{name.replace('-', '_')}":
                 raise
 
 
@@ -44,8 +45,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Commands that hand their arguments on to another program: statecat's own options come first.
+PASSTHROUGH_COMMANDS = {"spark-sql"}
+_OPTIONS_WITH_VALUE = ("--home", "--allow-root")
+
+
+def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    command = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    if command is None or argv[command] not in PASSTHROUGH_COMMANDS:
+        return argv, None
+    i = command + 1
+    while i < len(argv):
+        if argv[i] in _OPTIONS_WITH_VALUE and i + 1 < len(argv):
+            i += 2
+        elif argv[i].split("=", 1)[0] in _OPTIONS_WITH_VALUE and "=" in argv[i]:
+            i += 1
+        else:
+            break
+    rest = argv[i:]
+    return argv[:i], rest[1:] if rest[:1] == ["--"] else rest
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv, passthrough = _split_passthrough(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
+    if passthrough is not None:
+        args.passthrough = passthrough
     try:
         # Through the environment the roots also reach Spark's Python workers started later.
         allow_roots_for_process(args.allow_root)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 import sys
 
+from statecat.statemeta.errors import StatecatError
+
 HOME_ENV = "STATECAT_HOME"
 
 
 def add_home_argument(parser) -> None:
     parser.add_argument("--home", default=os.environ.get(HOME_ENV),
-                        help="directory of the embedded Derby metastore and warehouse (default: $STATECAT_HOME, "
-                             "else Spark's default, the working directory, where a later `spark-sql` looks)")
+                        help="the catalog's directory: metastore database, warehouse, Spark conf for `spark-sql` "
+                             "(default: $STATECAT_HOME, else ~/.statecat); every process on a home shares it")
 
 
 def add_parser(subparsers):
@@ -23,8 +25,40 @@ def add_parser(subparsers):
                       help="create every database and table now (default when few savepoints are new)")
     mode.add_argument("--lazy", dest="eager", action="store_false",
                       help="only register; `statecat sql` creates a database when a query names it")
+    add_attach_descriptors_argument(parser)
     add_home_argument(parser)
     return parser
+
+
+def add_attach_descriptors_argument(parser) -> None:
+    parser.add_argument("--descriptors", metavar="FILE",
+                        help="descriptor file declaring PyFlink state types (STATEINFO.md): the databases are "
+                             "created now with the declared tables, which keep the file's path and apply it "
+                             "whenever they are read (nothing is written next to the savepoints)")
+
+
+def attach_with_descriptors(spark, roots, descriptors: str):
+    """``attach`` with a descriptor file: each savepoint's database and tables come from its StateMeta
+    with the file applied, and every table's TableRef carries the file's absolute path, so the Spark
+    workers that read the table apply it too. Tables that already exist are kept as they are
+    (`statecat detach` first to re-create a database with other declarations)."""
+    from statecat.catalog.databases import attach, materialise
+    from statecat.catalog.registry import registry_records
+    from statecat.statemeta.descriptors import load_descriptors
+
+    path = os.path.abspath(descriptors)
+    load_descriptors(path)  # a bad file fails before anything is registered
+    result = attach(spark, roots, eager=False)
+    wanted = {r.database for r in result.registered} | set(result.known)
+    for record in registry_records(spark):
+        if record.database not in wanted:
+            continue
+        try:
+            materialise(spark, record.database, record.path, path)
+            result.materialised.append(record.database)
+        except StatecatError as exc:
+            result.failed.append((record.path, str(exc)))
+    return result
 
 
 def cli_session(home: str | None):
@@ -38,7 +72,10 @@ def run(args) -> int:
     from statecat.catalog.databases import attach
 
     spark = cli_session(args.home)
-    result = attach(spark, args.roots, eager=args.eager)
+    if args.descriptors:
+        result = attach_with_descriptors(spark, args.roots, args.descriptors)
+    else:
+        result = attach(spark, args.roots, eager=args.eager)
     out = sys.stdout
     created = set(result.materialised)
     for record in result.registered:

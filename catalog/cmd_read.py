@@ -24,7 +24,32 @@ def add_parser(subparsers):
     parser.add_argument("--format", choices=("jsonl", "csv", "table"), default="jsonl")
     parser.add_argument("--unpickle", action="store_true",
                         help="unpickle PyFlink pickled values (runs code from the savepoint: trusted savepoints only)")
+    add_descriptors_argument(parser)
     return parser
+
+
+def add_descriptors_argument(parser) -> None:
+    """``--descriptors FILE`` of the reading commands (read, key, history, diff, sql, attach)."""
+    parser.add_argument("--descriptors", metavar="FILE",
+                        help="descriptor file declaring PyFlink state types (STATEINFO.md), applied in memory: "
+                             "nothing is written next to the savepoint")
+
+
+def descriptors_of(args):
+    """The parsed ``--descriptors`` file (a bad file fails here, before any savepoint is read), or None."""
+    if not getattr(args, "descriptors", None):
+        return None
+    from statecat.statemeta.descriptors import load_descriptors
+
+    return load_descriptors(args.descriptors)
+
+
+def warn_pickled(state, err=None) -> None:
+    """Says on stderr why a state's PyFlink pickles print as bytes (read without --unpickle)."""
+    from statecat.statemeta.descriptors import pickled_notes
+
+    for note in pickled_notes(state):
+        (err or sys.stderr).write(f"statecat: {state.name}: {note}\n")
 
 
 def parse_key(text: str, key: TypeDescriptor):
@@ -47,8 +72,10 @@ def parse_key(text: str, key: TypeDescriptor):
 
 
 def run(args) -> int:
-    reader = SavepointReader(args.path, unpickle=args.unpickle)
+    reader = SavepointReader(args.path, unpickle=args.unpickle, descriptors=descriptors_of(args))
     operator, state = reader.find(args.state, args.operator)
+    if not args.unpickle:
+        warn_pickled(state)
     if args.key and not state.is_keyed:
         raise LookupFailedError(f"--key applies to keyed states; {state.name!r} is a {state.kind} state")
     keys = [parse_key(k, state.key) for k in args.key] if args.key else None

@@ -2,20 +2,24 @@
 
 Triggers a savepoint through Flink's REST API (``POST /jobs/:jobid/savepoints``, or
 ``/jobs/:jobid/stop`` with ``--stop``), polls the asynchronous operation until it completes, then
-snapshots the savepoint like ``statecat snapshot``. REST failures, failed savepoints and timeouts
+snapshots the savepoint like ``statecat snapshot``, recording in the stateInfo when it saw the
+savepoint triggered and completed (``taken``: the registry's ``time``). REST failures, failed savepoints and timeouts
 are ``StatecatError``s that say what Flink answered.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 import time
 import urllib.error
 import urllib.request
+from typing import NamedTuple
 
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.stateinfo import snapshot
+from statecat.statemeta.taken_at import rest_record
 
 DEFAULT_TIMEOUT = 600.0
 REQUEST_TIMEOUT = 30.0
@@ -69,9 +73,15 @@ def _errors(payload: bytes) -> str:
     return "; ".join(str(e).strip().splitlines()[0] for e in errors)
 
 
+class TakenSavepoint(NamedTuple):
+    location: str  # path or URI, as Flink reports it
+    triggered_at: dt.datetime  # just before the trigger request (UTC)
+    completed_at: dt.datetime  # the status poll that saw the operation complete (UTC)
+
+
 def trigger_savepoint(rest: FlinkRest, job_id: str, target: str | None, *, stop: bool = False,
-                      fmt: str = "CANONICAL", timeout: float = DEFAULT_TIMEOUT) -> str:
-    """Takes a savepoint of ``job_id`` and returns its location (a path or URI) once complete."""
+                      fmt: str = "CANONICAL", timeout: float = DEFAULT_TIMEOUT) -> TakenSavepoint:
+    """Takes a savepoint of ``job_id``; returns its location once complete, and when it was taken."""
     state = rest.call("GET", f"/jobs/{job_id}").get("state")  # 404 here names a wrong job id clearly
     if state not in (None, "RUNNING"):
         raise RestError(f"job {job_id} is {state}; a savepoint needs a running job", file=rest.url,
@@ -86,6 +96,7 @@ def trigger_savepoint(rest: FlinkRest, job_id: str, target: str | None, *, stop:
         if target:
             body["target-directory"] = target
         path = f"/jobs/{job_id}/savepoints"
+    triggered_at = dt.datetime.now(dt.timezone.utc)
     trigger = rest.call("POST", path, body).get("request-id")
     if not trigger:
         raise RestError(f"Flink did not return a request id for POST {path}", file=rest.url)
@@ -94,6 +105,7 @@ def trigger_savepoint(rest: FlinkRest, job_id: str, target: str | None, *, stop:
     while True:
         answer = rest.call("GET", status_path)
         if answer.get("status", {}).get("id") == "COMPLETED":
+            completed_at = dt.datetime.now(dt.timezone.utc)
             operation = answer.get("operation") or {}
             if "failure-cause" in operation:
                 cause = operation["failure-cause"] or {}
@@ -103,7 +115,7 @@ def trigger_savepoint(rest: FlinkRest, job_id: str, target: str | None, *, stop:
             if not location:
                 raise RestError(f"Flink reported the savepoint of job {job_id} complete without a location",
                                 file=rest.url)
-            return location
+            return TakenSavepoint(location, triggered_at, completed_at)
         if time.monotonic() >= deadline:
             raise RestError(f"the savepoint of job {job_id} did not complete within {timeout:g}s "
                             f"(trigger {trigger})", file=rest.url,
@@ -159,9 +171,11 @@ def run(args) -> int:
 
         descriptors = load_descriptors(args.descriptors)  # fail before triggering anything
     rest = FlinkRest(args.rest)
-    location = trigger_savepoint(rest, args.job, args.target, stop=args.stop, fmt=args.format.upper(),
-                                 timeout=args.timeout)
-    result = snapshot(local_path(location), args.output, descriptors=descriptors)
+    taken = trigger_savepoint(rest, args.job, args.target, stop=args.stop, fmt=args.format.upper(),
+                              timeout=args.timeout)
+    location = taken.location
+    result = snapshot(local_path(location), args.output, descriptors=descriptors,
+                      taken=rest_record(taken.triggered_at, taken.completed_at))
     if args.json:
         json.dump({"savepoint": location, "state_info": result.path, "written": result.written}, sys.stdout)
         sys.stdout.write("\n")

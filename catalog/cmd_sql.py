@@ -2,6 +2,7 @@
 
 The session has the Hive catalog, the ``flinkstate`` source and filter pushdown set up; savepoint
 databases the query names that were registered lazily are created first (see ``statecat attach``).
+With ``statecat serve`` running on the home, the query goes to that server instead (``sql_client``).
 """
 
 from __future__ import annotations
@@ -10,8 +11,14 @@ import csv
 import json
 import sys
 
-from statecat.catalog.cmd_attach import add_home_argument, cli_session
+from statecat.catalog.cmd_attach import (
+    add_attach_descriptors_argument,
+    add_home_argument,
+    attach_with_descriptors,
+    cli_session,
+)
 from statecat.catalog.render import json_value
+from statecat.statemeta.errors import LookupFailedError
 
 
 def add_parser(subparsers):
@@ -22,6 +29,7 @@ def add_parser(subparsers):
     parser.add_argument("--attach", action="append", metavar="ROOT", default=[],
                         help="attach the savepoints under ROOT first (repeatable; quick when already attached)")
     parser.add_argument("--limit", type=int, default=None, help="print at most N rows")
+    add_attach_descriptors_argument(parser)
     add_home_argument(parser)
     return parser
 
@@ -29,9 +37,22 @@ def add_parser(subparsers):
 def run(args) -> int:
     from statecat.catalog.databases import attach
     from statecat.catalog.queries import sql
+    from statecat.catalog.sql_client import query_server, server_for
 
+    if args.descriptors and not args.attach:
+        raise LookupFailedError("--descriptors applies to the savepoints --attach ROOT names",
+                                hint="statecat sql --attach ROOT --descriptors FILE \"QUERY\" (or `statecat attach "
+                                     "ROOT --descriptors FILE` once)")
+    # A running `statecat serve` on the home answers without starting Spark here (see sql_client).
+    server = None if args.attach else server_for(args.home)
+    answer = query_server(server, args.query, args.limit) if server is not None else None
+    if answer is not None:
+        write(sys.stdout, args.format, *answer)
+        return 0
     spark = cli_session(args.home)
-    if args.attach:
+    if args.attach and args.descriptors:
+        attach_with_descriptors(spark, args.attach, args.descriptors)
+    elif args.attach:
         attach(spark, args.attach)
     # Errors Spark raises (a query it rejects, a damaged savepoint) print as one line: see cli.py.
     frame = sql(spark, args.query)

@@ -30,7 +30,7 @@ from statecat.catalog.registry import (
     ensure_registry,
     existing_databases,
     read_record,
-    registered,
+    registry_records,
 )
 from statecat.catalog.tables import SOURCE_NAME, savepoint_tables, spark_schema
 from statecat.statemeta.errors import LookupFailedError, StatecatError
@@ -49,6 +49,19 @@ class AttachResult:
     failed: list[tuple[str, str]]  # (savepoint path, error) of savepoints that could not be attached
     seconds: float = 0.0
 
+    def to_pandas(self):
+        """One row per savepoint this attach saw: database, savepoint, status, error."""
+        import pandas as pd
+
+        from statecat.catalog.report import ATTACH_COLUMNS, attach_rows
+
+        return pd.DataFrame(attach_rows(self), columns=list(ATTACH_COLUMNS))
+
+    def _repr_html_(self) -> str:  # notebooks' rich display
+        from statecat.catalog.report import attach_result_html
+
+        return attach_result_html(self)
+
 
 def attach(spark, roots, *, eager: bool | None = None) -> AttachResult:
     """Registers every savepoint under ``roots`` (a path or a list), each as a database.
@@ -61,13 +74,17 @@ def attach(spark, roots, *, eager: bool | None = None) -> AttachResult:
     started = time.perf_counter()
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
+    from statecat.catalog.relocation import moved_record, relocate
+
     ensure_registry(spark)
-    known = registered(spark)
+    records = registry_records(spark)
+    known = {r.path: r.database for r in records}
     taken = set(known.values()) | existing_databases(spark)
     attached_at = dt.datetime.now(dt.UTC)
     new: list[SavepointRecord] = []
     again: list[str] = []
     failed: list[tuple[str, str]] = []
+    moves: list[tuple[str, str]] = []  # (recorded path, new path) of registered savepoints found moved
     for root in roots:
         root = normalise_path(str(root))
         if posixpath.basename(root) == METADATA_FILE:
@@ -86,11 +103,25 @@ def attach(spark, roots, *, eager: bool | None = None) -> AttachResult:
                 # One damaged savepoint must not keep the thousands next to it out of the catalog.
                 failed.append((path, str(exc)))
                 continue
+            moved = moved_record(records, record)
+            if moved is not None:  # the savepoint keeps its database at its new path
+                moves.append((moved.path, path))
+                known[path] = moved.database
+                again.append(moved.database)
+                continue
             taken.add(name)
             known[path] = name
             new.append(record)
     if new:
         append_records(spark, new)
+    for old, path in moves:
+        try:
+            relocate(spark, old, path)
+        except StatecatError as exc:
+            failed.append((path, str(exc)))
+    from statecat.catalog.catalog_views import ensure_catalog_views
+
+    ensure_catalog_views(spark)  # statecat.states / .operators, pointed at the registry as it is now
     if eager is None:
         eager = len(new) <= EAGER_LIMIT
     materialised = []
@@ -108,17 +139,20 @@ def attach(spark, roots, *, eager: bool | None = None) -> AttachResult:
     return AttachResult(new, again, materialised, failed, time.perf_counter() - started)
 
 
-def materialise(spark, database: str, path: str) -> list[str]:
-    """Creates the savepoint's database and its tables (those missing); returns the table names."""
+def materialise(spark, database: str, path: str, descriptors: str | None = None) -> list[str]:
+    """Creates the savepoint's database and its tables (those missing); returns the table names.
+
+    ``descriptors`` (a descriptor file's absolute path) is applied to the StateMeta and kept in every
+    table's reference, so that the Spark workers reading the table apply it too."""
     from statecat.statemeta.model import load_state_meta
 
-    meta = load_state_meta(path)
+    meta = load_state_meta(path, descriptors=descriptors)
     comment = _sql_string(f"Flink savepoint {path} (checkpoint {meta.checkpoint_id})")
     spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}` COMMENT {comment} "
               f"WITH DBPROPERTIES ({_sql_string(PROPERTY_SAVEPOINT)} = {_sql_string(path)})")
     existing = {t.name for t in spark.catalog.listTables(database)}
     names = []
-    for table in savepoint_tables(meta):
+    for table in savepoint_tables(meta, descriptors):
         if table.name not in existing:
             try:
                 schema = spark_schema(table.ref, meta)

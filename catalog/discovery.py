@@ -1,4 +1,4 @@
-"""Finding savepoints under attach roots, and naming the database each one becomes."""
+"""Naming the database each attached savepoint becomes (finding them: ``statemeta.discovery``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import posixpath
 import re
 
-from statecat.statemeta.storage import METADATA_FILE
+from statecat.statemeta.discovery import discover_snapshots as discover_savepoints  # noqa: F401 - re-exported
 
 REGISTRY_DATABASE = "statecat"  # the catalog-wide database statecat keeps its registry in
 MAX_DATABASE_NAME = 100
@@ -21,48 +21,6 @@ _JOB_ID_DIR = re.compile(r"[0-9a-f]{32}", re.IGNORECASE)
 GENERIC_DIR_NAMES = {"savepoint", "savepoints", "checkpoint", "checkpoints", "state"}
 
 log = logging.getLogger("statecat.catalog")
-
-
-def discover_savepoints(root: str) -> list[str]:
-    """Savepoint directories (holding ``_metadata``) at or under ``root``, sorted; never descends into one."""
-    if "://" in root:
-        return _discover_remote(root)
-    root = os.path.abspath(root)
-    if os.path.isfile(root) and os.path.basename(root) == METADATA_FILE:
-        return [os.path.dirname(root)]
-    if not os.path.isdir(root):
-        from statecat.statemeta.errors import SavepointNotFoundError
-
-        raise SavepointNotFoundError("no such directory", file=root,
-                                     hint="Give a savepoint directory or a directory holding savepoints")
-    found = []
-    stack = [root]
-    while stack:
-        directory = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError as exc:
-            log.warning("skipping %s: %s", directory, exc)
-            continue
-        if any(e.name == METADATA_FILE and e.is_file() for e in entries):
-            found.append(directory)
-            continue
-        stack.extend(e.path for e in entries if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
-    return sorted(found)
-
-
-def _discover_remote(root: str) -> list[str]:
-    import pyarrow.fs as pafs
-
-    filesystem, inner = pafs.FileSystem.from_uri(root)
-    scheme_prefix = root[: len(root) - len(root.split("://", 1)[1])]
-    inner = inner.rstrip("/")
-    infos = filesystem.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
-    directories = sorted({posixpath.dirname(i.path) for i in infos
-                          if i.type == pafs.FileType.File and posixpath.basename(i.path) == METADATA_FILE})
-    # A savepoint's own subdirectories never hold another _metadata; keep the outermost anyway.
-    outer = [d for d in directories if not any(d != o and d.startswith(o + "/") for o in directories)]
-    return [scheme_prefix + d for d in outer]
 
 
 def _short_part(part: str) -> str:

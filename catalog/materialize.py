@@ -11,7 +11,7 @@ partitions of snapshots that have no row and will not be written again (the save
 are deleted at the end of each run. Dashboards join ``snapshots`` to see only whole snapshots.
 One writer per lake at a time (Delta would reject the second's conflicting commit).
 
-Snapshots statecat cannot read in full (native RocksDB, incremental or heap-backend checkpoints)
+Snapshots statecat cannot read in full (native RocksDB savepoints, incremental RocksDB checkpoints)
 are reported and recorded: their readable states are written and the row says ``partial`` with
 the reasons; with nothing readable, ``unsupported``. ``unsupported`` rows are tried again by a
 newer statecat version. A ``_metadata`` that does not parse, or state that fails to decode, is
@@ -49,6 +49,7 @@ from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_st
 from statecat.statemeta.naming import stable_state_names
 from statecat.statemeta.storage import Storage, open_storage
 from statecat.statemeta.stateinfo import metadata_fingerprint
+from statecat.statemeta.taken_at import savepoint_time
 
 log = logging.getLogger("statecat.materialize")
 
@@ -154,13 +155,12 @@ def find_snapshots(paths: list[str]) -> Iterator[str]:
 def identify(uri: str) -> Candidate:
     storage = open_storage(uri)
     fingerprint = metadata_fingerprint(storage)
-    info = storage.filesystem.get_file_info(storage.metadata_path)
-    # Flink records no time in _metadata; the file is written when the snapshot completes.
-    taken_at = info.mtime.astimezone(dt.timezone.utc) if info.mtime is not None else None
+    # Flink records no time in _metadata: the best source at hand, named (statemeta.taken_at).
+    taken_at, taken_at_source = savepoint_time(storage)
     parent = posixpath.basename(posixpath.dirname(storage.directory.rstrip("/")))
     job_id = parent if _JOB_ID.match(parent) else None  # <checkpoint dir>/<job id>/chk-N
     return Candidate(storage, fingerprint.sha256[:SNAPSHOT_ID_LENGTH], fingerprint.sha256, taken_at,
-                     "metadata_mtime" if taken_at else "unknown", job_id)
+                     taken_at_source, job_id)
 
 
 # ----------------------------------------------------------------------------- the run

@@ -68,7 +68,13 @@ def prepare(spark, query: str) -> list[str]:
     except SqlglotError as exc:  # sqlglot cannot parse every Spark statement; Spark will say what is wrong
         log.debug("sqlglot could not parse the query (%s); nothing attached lazily", exc)
         return []
+    from statecat.catalog.relocation import is_missing, missing_error
+
     missing = {d for d in databases if not spark.catalog.databaseExists(d)}
+    for database in sorted(databases - missing - {REGISTRY_DATABASE}):
+        path = _savepoint_of(spark, database)
+        if path is not None and is_missing(path):
+            raise missing_error(path, database)
     created = []
     if missing:
         known = registered(spark)
@@ -79,6 +85,8 @@ def prepare(spark, query: str) -> list[str]:
                     f"unknown savepoint database {database!r}",
                     hint=did_you_mean(database, list(by_name) + sorted(existing_databases(spark)))
                     + " Attach savepoints with `statecat attach ROOT`; `SELECT * FROM statecat.savepoints` lists them")
+            if is_missing(by_name[database]):
+                raise missing_error(by_name[database], database)
             materialise(spark, database, by_name[database])
             created.append(database)
     for database, table in sorted(tables):

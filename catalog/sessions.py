@@ -14,6 +14,13 @@ import shutil
 import sys
 import tempfile
 
+HOME_ENV = "STATECAT_HOME"
+DEFAULT_HOME = "~/.statecat"
+METASTORE_ENV = "STATECAT_METASTORE"
+SHARED, EMBEDDED = "shared", "embedded"
+METASTORE_MODES = (SHARED, EMBEDDED)
+_STARTED: dict = {}  # the SparkContext this module started, and its home
+
 # Hive settings that default to paths in the system temp directory (java.io.tmpdir); Hive creates
 # ``<session id>_resources`` there for every session and never removes it.
 HIVE_SCRATCH_SETTINGS = {
@@ -50,13 +57,18 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
             conf: dict | None = None, quiet: bool = False):
     """A Spark session with the Hive catalog, statecat's data source and filter pushdown on.
 
-    ``home`` holds the embedded Derby metastore (``metastore_db``), the warehouse and ``derby.log``;
-    by default Spark's own choice, the working directory, so that ``spark-sql`` started in the same
-    place sees the attached savepoints. A ``hive-site.xml`` on Spark's conf path (a real Hive
-    metastore) is used as is when ``home`` is not given.
+    ``home`` (default ``$STATECAT_HOME``, else ``~/.statecat``) holds the catalog: the metastore
+    database (``metastore_db``), the warehouse and ``conf/``. Every process on a home joins one
+    shared metastore server that the first of them starts (see ``metastore``), so any number of
+    sessions, ``spark-sql`` shells and ``statecat serve`` work on it at once.
+    ``STATECAT_METASTORE=embedded`` opens the Derby database in this process instead (one process
+    at a time). A ``hive-site.xml`` on Spark's conf path (a real Hive metastore) is used as is when
+    neither ``home`` nor ``$STATECAT_HOME`` is given.
 
     ``quiet`` (the CLI's sessions) logs errors only, and not those that reach the caller as an
-    exception anyway. It takes effect when this call starts Spark; later calls reuse that session.
+    exception anyway. It takes effect when this call starts Spark; later calls reuse that session,
+    except that a call for another home stops the session this function started and starts one on
+    that home's catalog.
     """
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -67,15 +79,32 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
                .config("spark.sql.python.filterPushdown.enabled", "true")
                .config("spark.ui.enabled", "false"))
     java_options = []
-    if home is not None:
-        home = os.path.abspath(home)
+    shared_metastore = None
+    home = resolve_home(home)
+    running = SparkContext._active_spark_context
+    if running is not None and running is _STARTED.get("context") and home != _STARTED.get("home"):
+        # A session of this process on another home's catalog: answering from it would be silently wrong.
+        SparkSession.builder.getOrCreate().stop()
+    starting = SparkContext._active_spark_context is None  # getOrCreate will start Spark: settings apply
+    if home is not None and starting:
         os.makedirs(home, exist_ok=True)
-        builder = (builder
-                   .config("spark.sql.warehouse.dir", os.path.join(home, "spark-warehouse"))
-                   .config("spark.hadoop.javax.jdo.option.ConnectionURL",
-                           f"jdbc:derby:;databaseName={os.path.join(home, 'metastore_db')};create=true"))
-        java_options.append(f"-Dderby.system.home={home}")
-    if SparkContext._active_spark_context is None:  # getOrCreate will start Spark: these settings apply
+        if metastore_mode() == EMBEDDED:
+            from statecat.catalog.metastore import DERBY_DIR, WAREHOUSE_DIR, _check_derby_free
+
+            _check_derby_free(home)
+            builder = (builder
+                       .config("spark.sql.warehouse.dir", os.path.join(home, WAREHOUSE_DIR))
+                       .config("spark.hadoop.javax.jdo.option.ConnectionURL",
+                               f"jdbc:derby:;databaseName={os.path.join(home, DERBY_DIR)};create=true"))
+            java_options.append(f"-Dderby.system.home={home}")
+        else:
+            from statecat.catalog import metastore
+
+            # The metastore server boots while Spark does; the session waits for it before returning.
+            shared_metastore = metastore.start(home, wait=False)
+            for key, value in metastore.spark_conf(shared_metastore).items():
+                builder = builder.config(key, value)
+    if starting:
         scratch = _scratch_dir(home)
         for key, subdir in HIVE_SCRATCH_SETTINGS.items():
             builder = builder.config(f"spark.hadoop.{key}", os.path.join(scratch, subdir))
@@ -84,6 +113,8 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
             with open(config, "w") as f:
                 f.write(QUIET_LOG4J2)
             java_options.append(f"-Dlog4j2.configurationFile=file:{config}")
+        # Progress bars are noise in the CLI's output and in notebook cells (IPython).
+        if quiet or getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)() is not None:
             builder = builder.config("spark.ui.showConsoleProgress", "false")
     conf = dict(conf or {})
     user_java_options = conf.pop("spark.driver.extraJavaOptions", "")
@@ -92,10 +123,47 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
     for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if starting:
+        _STARTED.update(context=spark.sparkContext, home=home)
+    if shared_metastore is not None:
+        from statecat.catalog.metastore import wait_ready
+
+        wait_ready(shared_metastore)
     if quiet:
         _silence_error_echoes()
     _register_source(spark)
     return spark
+
+
+def resolve_home(home: str | None) -> str | None:
+    """The statecat home a session uses; None for a real Hive metastore configured by ``hive-site.xml``."""
+    if home is not None:
+        return os.path.abspath(home)
+    if os.environ.get(HOME_ENV):
+        return os.path.abspath(os.environ[HOME_ENV])
+    if _hive_site_configured():
+        return None
+    return os.path.abspath(os.path.expanduser(DEFAULT_HOME))
+
+
+def metastore_mode() -> str:
+    mode = os.environ.get(METASTORE_ENV, SHARED).strip().lower() or SHARED
+    if mode not in METASTORE_MODES:
+        from statecat.statemeta.errors import StatecatError
+
+        raise StatecatError(f"{METASTORE_ENV}={mode!r} is not one of {', '.join(METASTORE_MODES)}")
+    return mode
+
+
+def _hive_site_configured() -> bool:
+    import pyspark
+
+    for directory in (os.environ.get("SPARK_CONF_DIR"),
+                      os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None,
+                      os.path.join(os.path.dirname(pyspark.__file__), "conf")):
+        if directory and os.path.isfile(os.path.join(directory, "hive-site.xml")):
+            return True
+    return False
 
 
 def _register_source(spark) -> None:

@@ -26,7 +26,7 @@ from statecat.catalog.tables import (
     spark_schema,
     state_meta_rows,
 )
-from statecat.statemeta.errors import StatecatError
+from statecat.statemeta.errors import SavepointNotFoundError, StatecatError
 
 # Bytes of state data per Spark partition: a subtask's key-group range is split at key-group
 # boundaries once it holds more, so a large state spreads over executors even when the job ran with
@@ -40,20 +40,28 @@ class StatecatQueryError(StatecatError):
     """A state could not be read while Spark ran a query; names savepoint, operator and state."""
 
 
-def _state_meta(path: str):
-    """StateMeta of a savepoint, cached per Python worker (workers are reused across tasks)."""
+def _state_meta(path: str, descriptors: str | None = None):
+    """StateMeta of a savepoint, cached per Python worker (workers are reused across tasks).
+
+    ``descriptors``: the descriptor file a table was attached with (``TableRef.descriptors``)."""
     from statecat.statemeta.model import load_state_meta
 
-    meta = _meta_cache.get(path)
+    cache_key = path if descriptors is None else f"{path}\0{descriptors}"
+    meta = _meta_cache.get(cache_key)
     if meta is None:
-        meta = load_state_meta(path)
+        meta = load_state_meta(path, descriptors=descriptors)
         if len(_meta_cache) >= _META_CACHE_SIZE:
             _meta_cache.pop(next(iter(_meta_cache)))
-        _meta_cache[path] = meta
+        _meta_cache[cache_key] = meta
     return meta
 
 
-def _query_error(ref: TableRef, exc: Exception) -> StatecatQueryError:
+def _query_error(ref: TableRef, exc: Exception, *, attached: bool = False) -> StatecatQueryError:
+    if attached and isinstance(exc, SavepointNotFoundError):
+        from statecat.catalog.relocation import is_missing, missing_error
+
+        if is_missing(ref.savepoint):  # a catalog table whose savepoint moved or was deleted
+            return StatecatQueryError(str(missing_error(ref.savepoint)))
     return StatecatQueryError(f"cannot read {ref.describe()}: {exc}")
 
 
@@ -110,24 +118,27 @@ class FlinkStateDataSource(DataSource):
     def schema(self):
         ref = self._ref()
         try:
-            return spark_schema(ref, _state_meta(ref.savepoint) if ref.kind == "state" else None)
+            return spark_schema(ref, _state_meta(ref.savepoint, ref.descriptors) if ref.kind == "state" else None)
         except StatecatError as exc:
             raise _query_error(ref, exc) from None
 
     def reader(self, schema) -> DataSourceReader:
-        return FlinkStateReader(self._ref(schema), schema)
+        # Catalog tables reach the source through their schema only; reads name their path in options.
+        return FlinkStateReader(self._ref(schema), schema, attached=ref_from_options(self.options) is None)
 
 
 class FlinkStateReader(DataSourceReader):
-    def __init__(self, ref: TableRef, schema):
+    def __init__(self, ref: TableRef, schema, *, attached: bool = False):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.ref = ref
+        self.attached = attached  # a table `statecat attach` created (its savepoint path is the registry's)
         self.schema = schema
         # What Spark checks the batches against (same field names, nullability, timestamp zones).
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self.keys: set | None = None  # pushed key = / IN values; None: no key filter
         self.state_names: set | None = None  # pushed state_name filter of operator tables
+        self.databases: set | None = None  # pushed database filter of statecat.states / statecat.operators
 
     # -- planning (driver)
 
@@ -142,6 +153,8 @@ class FlinkStateReader(DataSourceReader):
                     self.keys = values if self.keys is None else self.keys & values
                 elif column == "state_name" and self.ref.kind == "operator":
                     self.state_names = values if self.state_names is None else self.state_names & values
+                elif column == "database" and self.ref.kind in ("states", "operators"):
+                    self.databases = values if self.databases is None else self.databases & values
             # Spark evaluates the filter too: pushdown prunes key-groups, the exact match stays Spark's.
             yield f
 
@@ -153,8 +166,15 @@ class FlinkStateReader(DataSourceReader):
         ref = self.ref
         if ref.kind == "state_meta":
             return [InputPartition(None)]
+        if ref.kind in ("states", "operators"):
+            from statecat.catalog.catalog_views import catalog_partitions
+
+            try:  # one task per registered savepoint
+                return catalog_partitions(ref.savepoint, self.databases) or [InputPartition(None)]
+            except StatecatError as exc:
+                raise StatecatQueryError(str(exc)) from None
         try:
-            meta = _state_meta(ref.savepoint)
+            meta = _state_meta(ref.savepoint, ref.descriptors)
             if ref.kind == "state":
                 return self._state_partitions(meta, ref.state, ref.operator) or [InputPartition(None)]
             op = meta.operator(ref.operator)
@@ -164,7 +184,9 @@ class FlinkStateReader(DataSourceReader):
                     parts.extend(self._state_partitions(meta, state.name, op.id))
             return parts or [InputPartition(None)]
         except StatecatError as exc:
-            raise _query_error(ref, exc) from None
+            # One frame in the traceback Spark shows, as in read().
+            failure = _query_error(ref, exc, attached=self.attached)
+            raise failure from None
 
     def _state_partitions(self, meta, state_name: str, operator: str | None) -> list[StatePartition]:
         from statecat.readers import Partition, SavepointReader
@@ -198,7 +220,22 @@ class FlinkStateReader(DataSourceReader):
     def read(self, partition) -> Iterator[pa.RecordBatch]:
         ref = self.ref
         if ref.kind == "state_meta":
-            yield from self._read_state_meta()
+            try:
+                yield from self._read_state_meta()
+            except StatecatError as exc:
+                # The one frame of the traceback Spark shows (see below); a comment on the raise line
+                # would make Python underline it.
+                failure = _query_error(ref, exc, attached=self.attached)
+                raise failure from None
+            return
+        if ref.kind in ("states", "operators"):
+            from statecat.catalog.catalog_views import SavepointPartition, catalog_batches
+
+            if isinstance(partition, SavepointPartition):
+                try:
+                    yield from catalog_batches(ref.kind, partition, self.arrow_schema)
+                except StatecatError as exc:
+                    raise StatecatQueryError(str(exc)) from None
             return
         if not isinstance(partition, StatePartition):
             return  # nothing to read (no key-group can hold the pushed keys, or no states)
@@ -206,7 +243,7 @@ class FlinkStateReader(DataSourceReader):
         try:
             from statecat.readers import SavepointReader
 
-            meta = _state_meta(ref.savepoint)
+            meta = _state_meta(ref.savepoint, ref.descriptors)
             reader = SavepointReader(meta, unpickle=ref.unpickle)
             keys = list(partition.keys) if partition.keys is not None else None
             batches = reader.read_partition(part, keys=keys)
@@ -220,11 +257,14 @@ class FlinkStateReader(DataSourceReader):
             label = ref.operator_label if part.operator_id == ref.operator else None
             if label is None:
                 try:
-                    label = _state_meta(ref.savepoint).operator(part.operator_id).label
+                    label = _state_meta(ref.savepoint, ref.descriptors).operator(part.operator_id).label
                 except StatecatError:
                     label = part.operator_id
-            raise _query_error(TableRef(ref.kind, ref.savepoint, part.operator_id, part.state,
-                                        operator_label=label), exc) from None
+            failure = _query_error(TableRef(ref.kind, ref.savepoint, part.operator_id, part.state,
+                                            operator_label=label), exc, attached=self.attached)
+            # Raised here, the outermost reader frame, without its cause: the Python traceback Spark
+            # embeds in its error (and spark-sql prints) is this one line plus statecat's message.
+            raise failure from None
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         if batch.schema.equals(self.arrow_schema):
@@ -260,10 +300,7 @@ class FlinkStateReader(DataSourceReader):
                                              schema=self.arrow_schema)
 
     def _read_state_meta(self) -> Iterator[pa.RecordBatch]:
-        try:
-            rows = state_meta_rows(_state_meta(self.ref.savepoint))
-        except StatecatError as exc:
-            raise _query_error(self.ref, exc) from None
+        rows = state_meta_rows(_state_meta(self.ref.savepoint, self.ref.descriptors))  # errors: read() wraps them
         if rows:
             columns = list(zip(*rows))
             arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, self.arrow_schema)]

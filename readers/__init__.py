@@ -7,6 +7,7 @@
     one = reader.table("accState", keys=["key_662"])      # reads only key_662's key-group
     for batch in reader.batches("window-contents", operator="my-window-uid"):
         ...
+    view = reader.key("key_662")                          # every state holding key_662 (readers/keyview.py)
 
 Partitions (``reader.partitions(state)``) are small picklable descriptions of one subtask's
 key-group range, for engines that spread a scan over workers.
@@ -20,12 +21,16 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from statecat.readers.arrow_types import state_schema
+from statecat.readers.diff import SavepointDiff, diff_savepoints
 from statecat.readers.keygroups import key_group_for
+from statecat.readers.keyview import KeyView, key_history, key_not_coercible_error, key_view
 from statecat.readers.scan import DEFAULT_BATCH_ROWS, ReadStats, scanner_for
+from statecat.statemeta.descriptors import apply_descriptors, with_pyflink_pickles
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
 
-__all__ = ["SavepointReader", "Partition", "ReadStats", "StatecatError", "key_group_for"]
+__all__ = ["SavepointReader", "Partition", "ReadStats", "StatecatError", "key_group_for", "KeyView", "key_history",
+           "SavepointDiff", "diff_savepoints"]
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,16 @@ class Partition:
 
 
 class SavepointReader:
-    def __init__(self, savepoint: str | StateMeta, *, unpickle: bool = False):
-        self.meta = savepoint if isinstance(savepoint, StateMeta) else load_state_meta(savepoint)
+    def __init__(self, savepoint: str | StateMeta, *, unpickle: bool = False, descriptors=None):
+        """``descriptors``: a descriptor file (path), its parsed document or a DescriptorSet, applied
+        to the savepoint's StateMeta in memory (nothing is written: read-only stores work).
+        ``unpickle=True`` decodes PyFlink pickles (runs code from the savepoint: trusted ones only)."""
+        if isinstance(savepoint, StateMeta):
+            meta = savepoint if descriptors is None else apply_descriptors(savepoint, descriptors)
+        else:
+            meta = load_state_meta(savepoint, descriptors=descriptors)
+        # PyFlink thread mode keeps some values as pickles in byte[]: unpickled only on opt-in.
+        self.meta = with_pyflink_pickles(meta, unpickle=True) if unpickle else meta
         self.unpickle = unpickle
         self.last_stats = ReadStats()
 
@@ -77,6 +90,18 @@ class SavepointReader:
     def table(self, state: str, operator: str | None = None, **options) -> pa.Table:
         op, info = self.find(state, operator)
         return pa.Table.from_batches(list(self.batches(state, op.id, **options)), schema=state_schema(info))
+
+    def key(self, key, *, operators: Sequence[str] | None = None, states: Sequence[str] | None = None) -> KeyView:
+        """Every keyed state (values and timers) of every operator that holds ``key``, as tidy rows.
+
+        ``key`` is coerced to each state's key type: text, a number, or a list (or JSON list) of
+        the fields of a composite key; states it does not fit are in ``skipped`` with the reason.
+        Reads one key-group per keyed location. Raises ``LookupFailedError`` when no keyed state
+        takes the key."""
+        view = key_view(self, key, operators=operators, states=states)
+        if not view.coercible:
+            raise key_not_coercible_error(key, [view])
+        return view
 
     def partitions(self, state: str, operator: str | None = None, key_groups: set[int] | None = None) -> list[Partition]:
         op, info = self.find(state, operator)

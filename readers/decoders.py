@@ -11,7 +11,9 @@ used, and every value against the range its column holds: damage is a ``DecodeEr
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
+import pickle
 import struct
 from collections.abc import Callable
 from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
@@ -386,6 +388,10 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         return simple
     if kind == "raw":
         raise UnsupportedError(f"{desc.attr('serializer')} cannot be decoded: {desc.attr('reason')}")
+    if desc.attr("codec") is not None:  # FLIP-27 source splits and enumerator state
+        from statecat.readers.source_splits import DECODERS
+
+        return DECODERS[desc.attr("codec")]
     if kind in ("tuple", "either", "row", "pojo"):
         return _struct_decoder(desc, unpickle)
     if kind == "nullable":
@@ -470,7 +476,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
 
         return framed_binary_decoder(desc)
     if kind == "pickled":
-        return _pickled(unpickle)
+        return _pickled(unpickle, strict=bool(desc.attr("pyflink_pickle")))
     if kind == "pyflink":  # PyFlink process-mode state with a declared type
         from statecat.readers.pyflink_coders import build_pyflink_decoder
 
@@ -583,21 +589,55 @@ def masked_fields_decoder(pairs: list[tuple[str, Decoder]], skip_bits: int) -> D
     return row
 
 
-def _pickled(unpickle: bool) -> Decoder:
+def _pickled(unpickle: bool, strict: bool = False) -> Decoder:
     def pickled(buf, pos):
         data, pos = _framed_bytes(buf, pos)
+        if strict and unpickle:
+            check_pickle_header(data)
         return render_pickled(data, unpickle), pos
     return pickled
+
+
+PICKLE_PROTO = 0x80  # PROTO opcode: every pickle of protocol 2 or later starts with it
+PICKLE_FRAME = 0x95  # FRAME opcode (protocol 4+): an 8-byte little-endian length follows
+PICKLE_STOP = 0x2E  # STOP opcode: the last byte of every pickle
+
+
+def check_pickle_header(data: bytes) -> None:
+    """Raises unless ``data`` is framed like ``pickle.dumps`` output: PROTO 2..5, a first FRAME that
+    fits, STOP at the end. Thread-mode byte[] values are taken for pickles from the job's shape, so
+    a value that is not one is an error, never unpickled."""
+    ok = len(data) >= 4 and data[0] == PICKLE_PROTO and 2 <= data[1] <= 5 and data[-1] == PICKLE_STOP
+    if ok and data[2] == PICKLE_FRAME:
+        ok = len(data) >= 11 and 11 + int.from_bytes(data[3:11], "little") <= len(data)
+    if not ok:
+        raise DecodeError(f"a byte[] value taken for a PyFlink thread-mode pickle is not one (starts "
+                          f"{data[:12].hex() or 'empty'}): declare the state as BYTES in a descriptor file "
+                          f"(--descriptors FILE), or read without --unpickle")
+
+
+class _PyFlinkUnpickler(pickle.Unpickler):
+    """pickle.Unpickler that reads a ``pyflink.common.Row`` (``Row.__reduce__``: ``_create_row(fields,
+    values, RowKind)``) as a dict, named by field or f0, f1, ..., without pyflink installed."""
+
+    def find_class(self, module, name):
+        if module == "pyflink.common.types" and name == "_create_row":
+            return _row_as_dict
+        if module == "pyflink.common.types" and name == "RowKind":
+            return int
+        return super().find_class(module, name)
+
+
+def _row_as_dict(fields, values, row_kind=None):
+    return dict(zip(fields, values)) if fields else {f"f{i}": v for i, v in enumerate(values)}
 
 
 def render_pickled(data: bytes, unpickle: bool) -> str:
     """PyFlink pickled bytes as JSON text, only when the user opted in (unpickling runs code)."""
     if not unpickle:
         return data.hex()
-    import pickle
-
     try:
-        value = pickle.loads(data)  # noqa: S301 - the user asked for it with unpickle=True
+        value = _PyFlinkUnpickler(io.BytesIO(data)).load()  # noqa: S301 - the user asked for it with unpickle=True
     except Exception as exc:  # noqa: BLE001 - damaged pickles fail in any way the unpickled code chooses
         raise DecodeError(f"the pickled value does not unpickle: {type(exc).__name__}: {exc}") from None
     return json.dumps(value, default=repr, sort_keys=True)

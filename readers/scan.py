@@ -34,7 +34,14 @@ from statecat.readers.decoders import (
 )
 from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
 from statecat.statemeta.headers import SNAPPY_STREAM_IDENTIFIER, open_stream
-from statecat.statemeta.model import KeyedLocation, OperatorLocation, OperatorMeta, StateInfo, StateMeta
+from statecat.statemeta.model import (
+    HEAP_CHECKPOINT_LAYOUT,
+    KeyedLocation,
+    OperatorLocation,
+    OperatorMeta,
+    StateInfo,
+    StateMeta,
+)
 from statecat.statemeta.types import TypeDescriptor
 
 DEFAULT_BATCH_ROWS = 65_536
@@ -142,6 +149,13 @@ class KeyedStateScanner:
         else:
             self.value_kind = "value"
             self.value_decoder = self._decoder_or_none(value, unpickle)
+        self.unpickle = unpickle
+        self.heap = None
+        if any(loc.layout == HEAP_CHECKPOINT_LAYOUT for loc in state.locations):
+            # Heap checkpoint entries are unframed: decoded record by record, every part typed.
+            self.heap = self._heap_decoder()
+            self.fast = None
+            return
         self.fast = self._fast_extractor(namespace)
         if self.value_kind != "element" and (self.key_raw or self.namespace_raw) and (
                 self.value_kind in ("map", "timer") or self.namespace_length is None):
@@ -152,6 +166,16 @@ class KeyedStateScanner:
     @staticmethod
     def _decoder_or_none(desc: TypeDescriptor, unpickle: bool):
         return None if desc.kind == "raw" else build_decoder(desc, unpickle=unpickle)
+
+    def _heap_decoder(self):
+        if self.heap is None:
+            from statecat.readers.heap_checkpoint import HeapKeyGroupDecoder
+
+            try:
+                self.heap = HeapKeyGroupDecoder(self, self.unpickle)
+            except UnsupportedError as exc:
+                raise UnsupportedError(exc.message, operator=self.operator.label, state=self.state.name) from None
+        return self.heap
 
     def _fast_extractor(self, namespace: TypeDescriptor) -> ColumnExtractor | None:
         """The column-wise path, for plain values of types it covers and unambiguous keys."""
@@ -262,7 +286,8 @@ class KeyedStateScanner:
                 self.stats.bytes_read += len(data)
                 self.stats.key_groups += 1
                 self.stats.subtasks.add(location.subtask)
-                if location.compressed:
+                # Heap checkpoints compress each state's section on its own, after the key-group's id.
+                if location.compressed and location.layout != HEAP_CHECKPOINT_LAYOUT:
                     data = decompress_snappy_framed(data, file, base + offset)
                 yield key_group, data, file, base + offset
 
@@ -294,6 +319,9 @@ class KeyedStateScanner:
 
         The framing walk is compiled; it also checks every length against the key-group's bytes,
         every entry's key-group prefix, and every state id against the stream header's states."""
+        if location.layout == HEAP_CHECKPOINT_LAYOUT:
+            raise UnsupportedError("entry positions are only located in savepoint-layout key-groups, not in a heap "
+                                   "checkpoint's", operator=self.operator.label, state=self.state.name)
         buf = np.frombuffer(data, dtype=np.uint8)
         capacity = len(data) // MIN_ENTRY_BYTES + 1
         positions = [np.empty(capacity, dtype=np.int64) for _ in range(4)]
@@ -311,6 +339,9 @@ class KeyedStateScanner:
     def _decode_key_group(self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int,
                           wanted) -> None:
         """Decodes the state's entries of one key-group record by record (any type)."""
+        if location.layout == HEAP_CHECKPOINT_LAYOUT:
+            self._heap_decoder().decode(key_group, data, location, columns, file, base, wanted)
+            return
         _, (key_at, key_len, value_at, value_len) = self._locate(key_group, data, location, file, base)
         keys, namespaces, values = columns
         prefix = self.prefix

@@ -26,6 +26,11 @@ for a ValueState holding a list); ``{"type": ..., "state": ...}`` is the long fo
 STATEINFO.md; coder byte layouts: readers/pyflink_coders.py. ``write_descriptor_file`` writes the
 file from the descriptor objects a PyFlink job already declares.
 
+PyFlink's ``thread`` mode keeps its states under their real names, with Java serializers, except
+that TUPLE, ROW and PICKLED values are pickles in ``byte[]``: the same file declares those states
+by their real names, and ``with_pyflink_pickles`` marks (or, on the opt-in, unpickles) such byte
+arrays; STATEINFO.md, "PyFlink thread mode".
+
 This module imports only the standard library and statecat's own light modules, so a job's
 PyFlink virtualenv can import it to write the file.
 """
@@ -288,7 +293,8 @@ def as_descriptor_set(descriptors) -> DescriptorSet:
 # ----------------------------------------------------------------------------- applying to StateMeta
 
 def apply_descriptors(meta, descriptors):
-    """A StateMeta whose PyFlink process-mode states carry their declared names and types."""
+    """A StateMeta whose PyFlink states carry their declared names and types (process mode) or
+    have their pickled byte[] parts marked (thread mode, states declared by their real names)."""
     from statecat.statemeta.model import STATE_KINDS, StateMeta
 
     dset = as_descriptor_set(descriptors)
@@ -316,10 +322,16 @@ def apply_descriptors(meta, descriptors):
             operators.append(op)
             continue
         stored = {s.name: s for s in op.states}
+        process_mode = {s.name[len(PYFLINK_PREFIX):] for s in op.states if s.name.startswith(PYFLINK_PREFIX)}
         states = []
         used = set()
         for state in op.states:
             name = state.name[len(PYFLINK_PREFIX):] if state.name.startswith(PYFLINK_PREFIX) else None
+            if name is None and state.name in declared and state.name not in process_mode and state.kind == "keyed":
+                # Thread mode: Java state under the declared name, of Java types or pickles in byte[].
+                used.add(state.name)
+                states.append(_declared_thread_state(op, state, declared[state.name], source))
+                continue
             if name is None or name not in declared:
                 states.append(state)
                 continue
@@ -374,6 +386,145 @@ def _declared_state(op, state, new_name: str, declared: Declared, source: str):
         value = _pyflink("bag_first", declared.type, **attrs)
     return replace(state, name=new_name, state_type=declared.state_type, value=value, user_key=None,
                    notes=state.notes + (note,))
+
+
+# Declared types PyFlink's thread mode gives a Java serializer (java_utils.to_java_typeinfo);
+# every other type (TUPLE, ROW, PICKLED, LIST as a value, dates, ...) it pickles into byte[].
+THREAD_MODE_JAVA_TYPED = ("BOOLEAN", "BYTE", "SHORT", "INT", "LONG", "FLOAT", "DOUBLE", "STRING", "CHAR", "BIG_INT",
+                          "BIG_DEC", "INSTANT", "MAP", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY", "BYTES")
+PICKLE_ATTR = "pyflink_pickle"  # on a `bytes` type: True = holds PyFlink pickles, False = plain bytes (declared)
+PICKLE_NOTE_START = "PyFlink thread mode keeps"
+THREAD_MODE_PICKLE_NOTE = (PICKLE_NOTE_START + " {what} as Python pickles in byte[]: they read as bytes; "
+                           "--unpickle (unpickle=True) decodes them (unpickling runs code: trusted savepoints only)")
+
+
+def _declared_thread_state(op, state, declared: Declared, source: str):
+    """A thread-mode PyFlink state declared by its real name: its byte[] parts are pickles (or, declared
+    BYTES, plain bytes); parts Flink stores with Java serializers keep them."""
+    if any(_is_pyflink(part) for part in (state.value, state.user_key)):
+        return state  # already declared (a stateInfo written with descriptors)
+    where = dict(operator=op.label, state=state.name)
+    expected_kind = {"MAP": "MAP", "LIST": "LIST"}.get(declared.state_type, "VALUE")
+    if state.state_type != expected_kind:
+        raise FormatError(f"declared a {declared.state_type} state, but Flink stored a {state.state_type} state "
+                          f"(PyFlink thread mode keeps value, reducing and aggregating states as VALUE state)",
+                          **where, hint="Fix the descriptor file's declaration of this state")
+    try:
+        if declared.state_type == "LIST" and state.value.kind == "list":  # a ListState of the element type
+            element = _mark_thread_type(state.value.fields[0][1], declared.type.args[0][1])
+            value = TypeDescriptor(state.value.kind, ((state.value.fields[0][0], element),), state.value.attrs)
+        else:
+            value = _mark_thread_type(state.value, declared.type)
+    except FormatError as exc:
+        raise FormatError(exc.message, **where, hint="Fix the descriptor file's declaration of this state") from None
+    note = f"declared {declared.state_type} {declared.type.text()} by a descriptor file ({source[:12]})"
+    user_key = value.child("key") if state.user_key is not None and value.kind == "map" else state.user_key
+    return replace(state, value=value, user_key=user_key, notes=state.notes + (note,))
+
+
+def _is_pyflink(desc: TypeDescriptor | None) -> bool:
+    return desc is not None and (desc.kind == "pyflink" or any(_is_pyflink(t) for _, t in desc.fields))
+
+
+def _mark_thread_type(desc: TypeDescriptor, t: CoderType) -> TypeDescriptor:
+    """``desc`` (what Java stored) with its byte[] parts marked as pickles of the declared type ``t``."""
+    if desc.kind == "ttl":
+        return TypeDescriptor(desc.kind, ((desc.fields[0][0], _mark_thread_type(desc.fields[0][1], t)),), desc.attrs)
+    if desc.kind == "bytes":
+        if t.name in THREAD_MODE_JAVA_TYPED and t.name != "BYTES":
+            raise FormatError(f"declared {t.text()}, but Flink stored byte[] (thread mode stores {t.text()} with a "
+                              f"Java serializer, and pickles only other types)")
+        return pickle_bytes(t.name != "BYTES", t.text())
+    if t.name not in THREAD_MODE_JAVA_TYPED:
+        raise FormatError(f"declared {t.text()}, which PyFlink thread mode stores as a pickle in byte[], but Flink "
+                          f"stored {desc.describe()}")
+    if desc.kind in ("list", "generic_array") and t.name in ("LIST", "OBJECT_ARRAY", "BASIC_ARRAY") and desc.fields:
+        return TypeDescriptor(desc.kind, ((desc.fields[0][0], _mark_thread_type(desc.fields[0][1], t.args[0][1])),),
+                              desc.attrs)
+    if desc.kind == "map" and t.name == "MAP":
+        return TypeDescriptor(desc.kind, (("key", _mark_thread_type(desc.child("key"), t.args[0][1])),
+                                          ("value", _mark_thread_type(desc.child("value"), t.args[1][1]))),
+                              desc.attrs)
+    return desc  # a Java-typed part: its own serializer says how to read it
+
+
+def pickle_bytes(pickled: bool, declared: str | None = None) -> TypeDescriptor:
+    """A ``bytes`` type (BytePrimitiveArraySerializer) known to hold PyFlink pickles, or known not to."""
+    return TypeDescriptor.of("bytes", **{PICKLE_ATTR: pickled}, declared=declared)
+
+
+def is_pyflink_thread_keyed(state) -> bool:
+    """A keyed state as PyFlink's thread mode writes it: PyFlink keys every ``key_by`` by a Java Row of
+    one field (both modes), and thread mode keeps the declared name (process mode: python-state-...)."""
+    key = state.key
+    return (state.kind == "keyed" and key is not None and key.kind == "row" and len(key.fields) == 1
+            and not state.name.startswith(PYFLINK_PREFIX))
+
+
+def _pickle_parts(desc: TypeDescriptor, undeclared: bool, unpickle: bool) -> TypeDescriptor:
+    """``desc`` with its pickle-holding byte[] parts as ``pickled`` (unpickle) or marked (not)."""
+    if desc.kind == "bytes":
+        marked = desc.attr(PICKLE_ATTR)
+        if marked is False or (marked is None and not undeclared):
+            return desc
+        if not unpickle:
+            return desc if marked else pickle_bytes(True)
+        return TypeDescriptor.of("pickled", pyflink_pickle=True, declared=desc.attr("declared"))
+    if not desc.fields:
+        return desc
+    fields = tuple((n, _pickle_parts(t, undeclared, unpickle)) for n, t in desc.fields)
+    return desc if fields == desc.fields else TypeDescriptor(desc.kind, fields, desc.attrs)
+
+
+def _has_pickles(desc: TypeDescriptor | None) -> bool:
+    if desc is None:
+        return False
+    if desc.kind == "bytes":
+        return bool(desc.attr(PICKLE_ATTR))
+    return any(_has_pickles(t) for _, t in desc.fields)
+
+
+def with_pyflink_pickles(meta, *, unpickle: bool):
+    """The StateMeta for reading PyFlink thread-mode pickles (the same object when there are none).
+
+    Thread mode stores TUPLE, ROW and PICKLED values (and AggregatingState accumulators of those
+    types) as ``pickle.dumps`` bytes in ``byte[]`` (BytePrimitiveArraySerializer), which nothing
+    else in the savepoint tells from other byte arrays. A byte[] part is taken for pickles when a
+    descriptor file declares the state by its name with a pickled type, or, undeclared, when the
+    state is keyed the way PyFlink keys (a one-field Row); declaring it BYTES keeps it bytes.
+    ``unpickle=True`` (what readers opened with ``unpickle=True`` use) makes those parts ``pickled``
+    values (JSON text), and every such value must then be a pickle
+    (``readers.decoders.check_pickle_header`` runs before unpickling); ``unpickle=False`` keeps them
+    bytes and notes why on the state (``pickled_notes``).
+    """
+    from statecat.statemeta.model import StateMeta
+
+    operators = []
+    for op in meta.operators:
+        states = tuple(_state_with_pickles(state, unpickle) for state in op.states)
+        operators.append(op if states == op.states else replace(op, states=states))
+    if all(a is b for a, b in zip(operators, meta.operators)):
+        return meta
+    return StateMeta(meta.storage, meta.metadata, tuple(operators))
+
+
+def _state_with_pickles(state, unpickle: bool):
+    undeclared = is_pyflink_thread_keyed(state)
+    value = _pickle_parts(state.value, undeclared, unpickle)
+    user_key = _pickle_parts(state.user_key, undeclared, unpickle) if state.user_key is not None else None
+    if value == state.value and user_key == state.user_key and not (not unpickle and _has_pickles(value)):
+        return state
+    notes = tuple(n for n in state.notes if not n.startswith(PICKLE_NOTE_START))
+    if not unpickle:
+        what = {"MAP": "this map's byte[] values", "LIST": "this list's elements"}.get(
+            state.state_type, "this state's values")
+        notes += (THREAD_MODE_PICKLE_NOTE.format(what=what),)
+    return replace(state, value=value, user_key=user_key, notes=notes)
+
+
+def pickled_notes(state) -> list[str]:
+    """Why a state's byte[] parts read as bytes: they are PyFlink pickles (read without unpickling)."""
+    return [n for n in _state_with_pickles(state, False).notes if n.startswith(PICKLE_NOTE_START)]
 
 
 def _pyflink(layout: str, t: CoderType, **attrs) -> TypeDescriptor:

@@ -334,7 +334,11 @@ class _MetadataParser:
             relative = data.read_utf()
             size = self._non_negative_i64("state file size")
             return FileStream(self.storage.resolve_relative(relative), size, "relative")
-        if tag in (TAG_SEGMENT_FILE, TAG_EMPTY_SEGMENT_FILE):
+        if tag == TAG_EMPTY_SEGMENT_FILE:
+            # File merging's empty handle is the tag alone (seen in Flink 2.3 checkpoints: an
+            # operator without operator state gets a FileMergingOperatorStreamStateHandle over it).
+            return None
+        if tag == TAG_SEGMENT_FILE:
             start = self._non_negative_i64("segment start")
             size = self._non_negative_i64("segment size")
             data.read_i32()  # scope ordinal

@@ -11,7 +11,13 @@ import re
 from dataclasses import dataclass, field
 
 from statecat.statemeta.errors import FormatError, LookupFailedError, did_you_mean
-from statecat.statemeta.headers import StateMetaInfo, StreamHeader, read_keyed_header, read_operator_header
+from statecat.statemeta.headers import (
+    StateMetaInfo,
+    StreamHeader,
+    read_keyed_header,
+    read_operator_header,
+    read_stream_bytes,
+)
 from statecat.statemeta.metadata import (
     CheckpointMetadata,
     InlineStream,
@@ -22,6 +28,7 @@ from statecat.statemeta.metadata import (
     UnsupportedKeyedHandle,
     read_metadata,
 )
+from statecat.statemeta.source_splits import ENUMERATOR_TYPE, SOURCE_READER_STATE, SPLIT_TYPE
 from statecat.statemeta.storage import Storage, open_storage
 from statecat.statemeta.types import TypeDescriptor, collapse_raw
 
@@ -32,10 +39,12 @@ COORDINATOR_REASON = "connector-specific bytes of the operator coordinator (e.g.
 KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM = 128
 TIMER_STATE_PREFIX = "_timer_state/"
 PYFLINK_PROCESS_STATE_PREFIX = "python-state-"
-# Tag-12 key-group handles: a retained checkpoint's key-groups, laid out per state with counts
-# (heap backend) instead of the savepoint's framed entries.
-HEAP_CHECKPOINT_REASON = ("heap-backend checkpoint key-groups (a retained checkpoint, not a savepoint) are not "
-                          "supported yet; take a savepoint in CANONICAL format to read this state")
+# How a keyed stream lays out its key-groups: "canonical" (savepoints, and Flink 1.15's full RocksDB
+# checkpoints: framed entries in state order) or "heap_checkpoint" (hashmap-backend checkpoints,
+# Flink's HeapSnapshotStrategy: per key-group its id, then per state a counted section of
+# unframed (namespace, key, value) entries or priority-queue elements).
+HEAP_CHECKPOINT_LAYOUT = "heap_checkpoint"
+KEY_GROUP_LAYOUTS = ("canonical", HEAP_CHECKPOINT_LAYOUT)
 PYFLINK_UNDECLARED_REASON = ("PyFlink process-mode state: Flink stores PyFlink coder bytes without a schema; give "
                              "the job's state descriptors with `statecat snapshot --descriptors FILE` (see STATEINFO.md)")
 
@@ -56,6 +65,7 @@ class KeyedLocation:
     # States the stream's header declares: every entry's state id in the key-groups must be below
     # it (0 = not known, e.g. built by hand).
     state_count: int = 0
+    layout: str = "canonical"  # one of KEY_GROUP_LAYOUTS
 
 
 @dataclass(frozen=True)
@@ -86,6 +96,11 @@ class StateInfo:
     @property
     def is_keyed(self) -> bool:
         return self.kind in ("keyed", "timer")
+
+    def _repr_html_(self) -> str:  # notebooks' rich display
+        from statecat.statemeta.html import state_html
+
+        return state_html(self)
 
     @property
     def raw_reasons(self) -> list[str]:
@@ -122,6 +137,11 @@ class OperatorMeta:
         """How messages and tables name the operator: uid, else name, else id."""
         return self.uid or self.name or self.id
 
+    def _repr_html_(self) -> str:  # notebooks' rich display
+        from statecat.statemeta.html import operator_html
+
+        return operator_html(self)
+
     @property
     def key_group_prefix_bytes(self) -> int:
         return 1 if self.max_parallelism <= KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM else 2
@@ -143,6 +163,11 @@ class StateMeta:
     @property
     def path(self) -> str:
         return self.storage.uri
+
+    def _repr_html_(self) -> str:  # notebooks' rich display
+        from statecat.statemeta.html import state_meta_html
+
+        return state_meta_html(self)
 
     @property
     def checkpoint_id(self) -> int:
@@ -224,12 +249,7 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
         if subtask.raw_keyed is not None and not isinstance(subtask.raw_keyed, UnsupportedKeyedHandle):
             unsupported.append(f"subtask {subtask.index}: raw keyed state is user-defined bytes without a schema")
         if isinstance(subtask.managed_keyed, KeyGroupsHandle):
-            handle = subtask.managed_keyed
-            if handle.kind == "checkpoint":
-                first, last = handle.key_group_range
-                unsupported.append(f"subtask {subtask.index}, key-groups {first}..{last}: {HEAP_CHECKPOINT_REASON}")
-            else:
-                _collect_keyed(storage, subtask.index, handle, keyed)
+            _collect_keyed(storage, subtask.index, subtask.managed_keyed, keyed)
         if subtask.managed_operator is not None:
             _collect_operator(storage, subtask.index, subtask.managed_operator, operator)
         if subtask.raw_operator is not None:
@@ -237,7 +257,9 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
     states = [_keyed_state(op.id, info, key, locs) for info, key, locs in keyed.values()]
     states += [_operator_state(op.id, info, locs) for info, locs in operator.values()]
     if op.coordinator is not None:
-        blob = TypeDescriptor.raw("OperatorCoordinator", COORDINATOR_REASON)
+        # A source's split enumerator checkpoint, decoded where its connector is known
+        # (statecat.readers.source_splits); other coordinators keep raw bytes and the reason.
+        blob = ENUMERATOR_TYPE
         location = OperatorLocation(None, op.coordinator, (0,), False, op.coordinator.size)
         states.append(StateInfo(op.id, COORDINATOR_STATE, "coordinator", None, None, None, blob, None, (location,)))
     states.sort(key=lambda s: (STATE_KINDS.index(s.kind), s.name))
@@ -247,13 +269,31 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
 
 def _collect_keyed(storage: Storage, subtask: int, handle: KeyGroupsHandle, into: dict) -> None:
     header: StreamHeader = read_keyed_header(storage, handle.stream, list(handle.offsets))
+    layout = key_group_layout(storage, handle)
     for state_id, info in enumerate(header.states):
         location = KeyedLocation(subtask, handle.stream, handle.start_key_group, handle.offsets, state_id,
-                                 header.compressed, header.length, len(header.states))
+                                 header.compressed, header.length, len(header.states), layout)
         if info.name in into:
             into[info.name][2].append(location)
         else:
             into[info.name] = (info, header.key, [location])
+
+
+def key_group_layout(storage: Storage, handle: KeyGroupsHandle) -> str:
+    """The layout of a key-groups handle's data (see KEY_GROUP_LAYOUTS).
+
+    Tag 12 (checkpoint) handles are written by the heap backend, and in Flink 1.15 also by RocksDB's
+    full checkpoints in the canonical layout. The heap writes every key-group of its range (no
+    offset is 0) and starts each with its id as an i32; a canonical key-group starts with a u16
+    state id and the first key's i32 length, which could only read as the key-group's id for
+    key-group 0, so the first two key-groups are checked."""
+    if handle.kind != "checkpoint" or not handle.offsets or 0 in handle.offsets:
+        return "canonical"
+    for i, offset in enumerate(handle.offsets[:2]):
+        data, _, _ = read_stream_bytes(storage, handle.stream, offset, 4)
+        if int.from_bytes(data, "big", signed=True) != handle.start_key_group + i:
+            return "canonical"
+    return HEAP_CHECKPOINT_LAYOUT
 
 
 def _collect_operator(storage: Storage, subtask: int, handle: OperatorStreamHandle, into: dict) -> None:
@@ -340,6 +380,9 @@ def _operator_state(operator_id: str, info: StateMetaInfo, locations: list) -> S
     if kind == "broadcast":
         key = serializers.get("KEY_SERIALIZER") or TypeDescriptor.raw("<none>", "the state has no key serializer")
         value = TypeDescriptor.of("broadcast_entry", [("key", collapse_raw(key)), ("value", collapse_raw(value))])
+    elif info.name == SOURCE_READER_STATE and value.kind == "bytes":
+        # A FLIP-27 source's splits: decoded for known connectors (statemeta.source_splits).
+        value = SPLIT_TYPE
     else:
         value = collapse_raw(value)
     notes = ()

@@ -40,6 +40,7 @@ from statecat.statemeta.metadata import (
     check_operator_offsets,
 )
 from statecat.statemeta.model import (
+    KEY_GROUP_LAYOUTS,
     STATE_KINDS,
     KeyedLocation,
     OperatorLocation,
@@ -284,10 +285,12 @@ def _location_json(storage: Storage, loc, subtask: SubtaskState | None) -> dict:
     if isinstance(loc, KeyedLocation):
         if subtask is not None and _same_keyed(subtask.managed_keyed, loc):
             return {"subtask": loc.subtask, "handle": "managed_keyed", "state_id": loc.state_id,
-                    "state_count": loc.state_count, "compressed": loc.compressed, "header_length": loc.header_length}
+                    "state_count": loc.state_count, "compressed": loc.compressed, "header_length": loc.header_length,
+                    **_layout_json(loc)}
         return {"subtask": loc.subtask, "handle": None, "type": "keyed", "stream": _stream_json(storage, loc.stream),
                 "start_key_group": loc.start_key_group, "offsets": list(loc.offsets), "state_id": loc.state_id,
-                "state_count": loc.state_count, "compressed": loc.compressed, "header_length": loc.header_length}
+                "state_count": loc.state_count, "compressed": loc.compressed, "header_length": loc.header_length,
+                **_layout_json(loc)}
     entry = _operator_entry(subtask, loc)
     if entry is not None:
         return {"subtask": loc.subtask, "handle": "managed_operator", "entry": entry, "compressed": loc.compressed,
@@ -295,6 +298,11 @@ def _location_json(storage: Storage, loc, subtask: SubtaskState | None) -> dict:
     # e.g. the operator coordinator's bytes, which no subtask holds
     return {"subtask": loc.subtask, "handle": None, "type": "operator", "stream": _stream_json(storage, loc.stream),
             "offsets": list(loc.offsets), "compressed": loc.compressed, "end": loc.end}
+
+
+def _layout_json(loc: KeyedLocation) -> dict:
+    """``layout`` only where it is not the canonical one: documents of savepoints stay as they were."""
+    return {} if loc.layout == "canonical" else {"layout": loc.layout}
 
 
 def _declared(state: StateInfo) -> dict | None:
@@ -470,8 +478,11 @@ def _state_from(storage: Storage, operator_id: str, data: dict, subtasks: dict[i
             if not _natural(loc["state_id"], "state id") < state_count:
                 raise ValueError(f"state id {loc['state_id']} not below the header's {state_count} states")
             header_length = _natural(loc["header_length"], "header length")
+            layout = loc.get("layout", "canonical")
+            if layout not in KEY_GROUP_LAYOUTS:
+                raise ValueError(f"unknown key-group layout {layout!r}")
             locations.append(KeyedLocation(subtask, stream, start, offsets, loc["state_id"], loc["compressed"],
-                                           header_length, state_count))
+                                           header_length, state_count, layout))
         else:
             end = _natural(loc["end"], "end")
             if end > stream.size or any(o > end for o in offsets):
@@ -523,19 +534,45 @@ class WriteResult:
     doc: dict
 
 
-def write_state_info(meta: StateMeta, output_dir: str | None = None, *, descriptors: dict | None = None) -> WriteResult:
+def write_state_info(meta: StateMeta, output_dir: str | None = None, *, descriptors: dict | None = None,
+                     taken: dict | None = None) -> WriteResult:
     """Writes the stateInfo of ``meta`` atomically; a no-op when an identical one is there.
 
     "Identical" ignores ``written_at``: a re-run keeps the first write's time, so running the
     snapshotter twice leaves the file byte for byte unchanged.
+
+    ``taken`` is when the savepoint was taken, as ``statecat savepoint`` observed it
+    (``taken_at.rest_record``); without it the document records the ``_metadata`` mtime the
+    snapshotter sees. A record already there for the same ``_metadata`` is kept unless ``taken``
+    is given: the first observation is the one closest to the savepoint's completion.
     """
+    from statecat.statemeta.taken_at import snapshotter_record
+
     filesystem, path = state_info_location(meta.storage, output_dir)
     doc = to_state_info(meta, descriptors=descriptors)
     existing = _read_json(filesystem, path, meta.storage if output_dir is None else None)
+    if taken is None and existing is not None and isinstance(existing.get("taken"), dict) \
+            and _same_metadata(existing, doc):
+        taken = existing["taken"]
+    taken = taken or snapshotter_record(meta.storage)
+    if taken is not None:
+        ordered = {}
+        for key, value in doc.items():
+            ordered[key] = value
+            if key == "savepoint":  # near the top, not after the (long) operator list
+                ordered["taken"] = taken
+        doc = ordered
     if existing is not None and _comparable(existing) == _comparable(doc):
         return WriteResult(path, False, existing)
     _atomic_write(filesystem, path, render(doc).encode("utf-8"))
     return WriteResult(path, True, doc)
+
+
+def _same_metadata(a: dict, b: dict) -> bool:
+    try:
+        return a["savepoint"]["metadata_file"] == b["savepoint"]["metadata_file"]
+    except (KeyError, TypeError):
+        return False
 
 
 def _comparable(doc: dict) -> dict:
@@ -678,7 +715,8 @@ def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def snapshot(path: str | Storage, output_dir: str | None = None, *, descriptors=None) -> WriteResult:
+def snapshot(path: str | Storage, output_dir: str | None = None, *, descriptors=None,
+             taken: dict | None = None) -> WriteResult:
     """``statecat snapshot``: derive StateMeta from ``_metadata`` + stream headers, write stateInfo.
 
     Always derives from the savepoint itself (never from an existing stateInfo), applying the
@@ -694,4 +732,4 @@ def snapshot(path: str | Storage, output_dir: str | None = None, *, descriptors=
         descriptor_set = as_descriptor_set(descriptors)  # a file, a parsed document or a DescriptorSet
         meta = apply_descriptors(meta, descriptor_set)
         recorded = descriptor_set.to_json()
-    return write_state_info(meta, output_dir, descriptors=recorded)
+    return write_state_info(meta, output_dir, descriptors=recorded, taken=taken)

@@ -182,6 +182,8 @@ class TypeDescriptor:
             return f"LIST<{self.fields[0][1].describe()}>"
         if kind in ("map", "map_data"):
             return f"MAP<{self.child('key').describe()}, {self.child('value').describe()}>"
+        if kind == "row" and self.attr("codec"):  # a struct statecat decodes (source splits): named, not spelled out
+            return f"{self.attr('codec').upper()}<{', '.join(n for n, _ in self.fields)}>"
         if kind in ("tuple", "row", "pojo", "either"):
             label = {"tuple": "TUPLE", "row": "ROW", "pojo": f"POJO {self.attr('class')}", "either": "EITHER"}[kind]
             return f"{label}<" + ", ".join(f"{n} {t.describe()}" for n, t in self.fields) + ">"

@@ -119,7 +119,9 @@ def check_state_rows(case_dir: Path, expected_op: dict, expected_state: dict) ->
     table = reader.table(expected_state["name"], op.id)
     rows = [{name: canonical(value) for name, value in row.items()} for row in table.to_pylist()]
     if expected_state["rows"] is None:
-        blob = b"".join(bytes.fromhex(r["value"]["hex"]) for r in rows if isinstance(r.get("value"), dict))
+        # a decoded source enumerator keeps its bytes in value.raw (statemeta/source_splits.py)
+        blob = b"".join(bytes.fromhex(r["value"].get("raw", r["value"])["hex"]) for r in rows
+                        if isinstance(r.get("value"), dict))
         assert expected_state.get("raw_contains"), "a state without rows must name strings its bytes contain"
         for text in expected_state["raw_contains"]:
             assert text.encode() in blob, f"{text!r} not in the raw bytes of {expected_state['name']}"

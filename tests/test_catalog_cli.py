@@ -1,9 +1,9 @@
-"""The CLI and the real ``spark-sql``, each in a fresh process, on one Derby metastore in a tmp dir.
+"""The CLI and the real ``spark-sql``, each in a fresh process, on one statecat home in a tmp dir.
 
 ``statecat attach`` registers the fixture savepoints; then ``spark-sql`` (the script shipped with
 pyspark, which knows nothing of statecat but the auto-registered data source) lists the databases
 and answers every sql_examples/ file; ``statecat sql`` runs the README's main command.
-Embedded Derby admits one JVM at a time, so these processes run one after another.
+They share the home's metastore server (tests/test_shared_metastore.py runs them at the same time).
 """
 
 from __future__ import annotations
@@ -69,12 +69,14 @@ def spark_sql_text(value) -> str:
 def test_spark_sql_lists_the_attached_databases_and_answers_every_example(home, tmp_path):
     script = tmp_path / "examples.sql"
     script.write_text("SHOW DATABASES;\n" + "".join(example_sql(name).rstrip() + ";\n" for name in EXAMPLES))
+    # Plain spark-sql, told only the home's Spark conf directory (the README's way).
+    conf = _statecat("metastore", "conf", home=home, cwd=tmp_path)
+    assert conf.returncode == 0, conf.stderr[-3000:]
     done = subprocess.run(
-        [str(BIN / "spark-sql"), "--master", "local[2]", "-S",
-         "--conf", "spark.sql.python.filterPushdown.enabled=true", "--conf", "spark.sql.session.timeZone=UTC",
-         "--conf", "spark.ui.enabled=false",
-         "--conf", f"spark.hadoop.hive.downloaded.resources.dir={tmp_path / 'hive-resources'}", "-f", str(script)],
-        cwd=home, env=_env(home), capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        [str(BIN / "spark-sql"), "--master", "local[2]", "-S", "--conf", "spark.sql.session.timeZone=UTC",
+         "--conf", "spark.ui.enabled=false", "-f", str(script)],
+        cwd=tmp_path, env={**_env(home), "SPARK_CONF_DIR": conf.stdout.strip()}, capture_output=True, text=True,
+        timeout=TIMEOUT, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     databases = ["default", "sql_groupby_hashmap_2_3", "sql_join_2_3", "sql_window_2_3", "statecat"]

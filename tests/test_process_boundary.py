@@ -114,7 +114,12 @@ SESSION_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("where", ["home", "working_dir"])
+# What a statecat home holds after a session: the catalog, its metastore server's files, Spark's conf.
+HOME_ENTRIES = {"metastore_db", "derby.log", "spark-warehouse", "metastore.json", "metastore.lock", "metastore.log",
+                "conf", "scratch"}
+
+
+@pytest.mark.parametrize("where", ["home", "statecat_home_env"])
 def test_a_session_leaves_nothing_in_the_temp_dir(tmp_path, where):
     temp = tmp_path / "tmp"
     work = tmp_path / "work"
@@ -124,14 +129,19 @@ def test_a_session_leaves_nothing_in_the_temp_dir(tmp_path, where):
     args = [str(savepoint_dir(CASE))] + ([str(home)] if where == "home" else [])
     # TMPDIR for Python, java.io.tmpdir for the JVM: both point at the fresh directory.
     env = dict(os.environ, TMPDIR=str(temp), JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={temp}",
-               PYSPARK_PYTHON=sys.executable)
+               PYSPARK_PYTHON=sys.executable, STATECAT_HOME=str(home if where == "statecat_home_env" else tmp_path))
     done = subprocess.run([sys.executable, "-c", SESSION_SCRIPT, *args], cwd=work, env=env, capture_output=True,
                           text=True, timeout=TIMEOUT)
+    from statecat.catalog.metastore import stop
+
+    assert stop(str(home))  # the session's home runs the shared metastore server, here stopped
     assert done.returncode == 0, done.stderr[-3000:]
     assert sorted(p.name for p in temp.iterdir()) == []
+    assert sorted(p.name for p in work.iterdir()) == []  # the working directory does not matter
     # The metastore and its Derby log stay where the catalog lives; nothing else is left there.
-    catalog_dir = home if where == "home" else work
-    assert {p.name for p in catalog_dir.iterdir()} <= {"metastore_db", "derby.log", "spark-warehouse"}
+    catalog_dir = home
+    assert {p.name for p in catalog_dir.iterdir()} <= HOME_ENTRIES
+    assert not (home / "metastore.json").exists()
     assert (catalog_dir / "metastore_db").is_dir() and (catalog_dir / "derby.log").is_file()
 
 

@@ -1,0 +1,400 @@
+"""One key's whole story: every keyed state of every operator that holds it, in one savepoint or
+across every savepoint and checkpoint under a root.
+
+    from statecat.readers import SavepointReader, key_history
+
+    view = SavepointReader(path).key("key_662")         # KeyView: rows (operator, state, namespace, value)
+    view = SavepointReader(path).key(["a", 3])          # a composite key (SQL multi-field, Row, Tuple)
+    for entry in key_history("/checkpoints/my-job", "key_662"):
+        entry.path, entry.taken_at, entry.view.rows
+
+The key is coerced to each state's key type (text, a number, or a list/dict of fields for
+composite keys); a state whose key type it cannot be coerced to is skipped with the reason. Each
+state is read through its key's one key-group only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from statecat.readers.keygroups import key_group_for
+from statecat.readers.scan import KeyedStateScanner, ReadStats, _hashable, scanner_for
+from statecat.statemeta.errors import LookupFailedError, StatecatError, UnsupportedError, did_you_mean
+from statecat.statemeta.model import (
+    KeyedLocation,
+    OperatorMeta,
+    StateInfo,
+    StateMeta,
+    load_state_meta,
+    operator_id_for_uid,
+)
+from statecat.statemeta.naming import stable_state_names
+from statecat.statemeta.types import TypeDescriptor, key_column_type
+
+_STRING_KINDS = ("string", "string_data", "char", "CHAR", "VARCHAR")
+_INT_RANGES = {
+    "byte": 8, "TINYINT": 8, "short": 16, "SMALLINT": 16, "int": 32, "INTEGER": 32, "long": 64, "BIGINT": 64,
+}
+_FLOAT_KINDS = ("float", "double", "FLOAT", "DOUBLE")
+_BOOLEAN_KINDS = ("boolean", "BOOLEAN")
+_COMPOSITE_KINDS = ("rowdata", "row", "tuple", "ROW")
+_WRAPPER_KINDS = ("nullable", "external")
+
+
+class KeyNotCoercible(ValueError):
+    """K cannot be a key of this type; the message says why (shown as a skip reason)."""
+
+
+def coerce_key(value, key_type: TypeDescriptor):
+    """``value`` as it appears in the ``key`` column of a state keyed by ``key_type``.
+
+    Text is parsed for numeric and boolean keys, and as a JSON list or object for composite keys;
+    a number becomes its decimal text for a string key. Raises ``KeyNotCoercible``."""
+    return _coerce(value, key_column_type(key_type))
+
+
+def _coerce(value, t: TypeDescriptor):
+    kind = t.kind
+    if kind in _WRAPPER_KINDS:
+        return _coerce(value, t.fields[0][1])
+    if kind in _COMPOSITE_KINDS and t.fields:
+        return _coerce_composite(value, t)
+    if isinstance(value, (list, tuple, dict)):
+        raise KeyNotCoercible(f"a composite key does not fit the key type {t.describe()}")
+    if kind in _STRING_KINDS:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        raise KeyNotCoercible(f"{value!r} is not text, the key type is {t.describe()}")
+    if kind in _INT_RANGES:
+        number = _integer(value, t)
+        bits = _INT_RANGES[kind]
+        if not -(1 << (bits - 1)) <= number < (1 << (bits - 1)):
+            raise KeyNotCoercible(f"{number} is out of range of the key type {t.describe()}")
+        return number
+    if kind in _FLOAT_KINDS:
+        if isinstance(value, bool):
+            raise KeyNotCoercible(f"{value!r} is not a number, the key type is {t.describe()}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise KeyNotCoercible(f"{value!r} is not a number, the key type is {t.describe()}") from None
+        if math.isnan(number):  # NaN never equals a stored key
+            raise KeyNotCoercible("NaN cannot be looked up")
+        return number
+    if kind in _BOOLEAN_KINDS:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+            return value.strip().lower() == "true"
+        raise KeyNotCoercible(f"{value!r} is not true or false, the key type is {t.describe()}")
+    if kind == "raw":
+        raise KeyNotCoercible(f"the key type cannot be decoded ({'; '.join(t.raw_reasons())})")
+    raise KeyNotCoercible(f"statecat does not look up keys of type {t.describe()}")
+
+
+def _integer(value, t: TypeDescriptor) -> int:
+    if isinstance(value, bool):
+        raise KeyNotCoercible(f"{value!r} is not an integer, the key type is {t.describe()}")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise KeyNotCoercible(f"{value!r} is not an integer, the key type is {t.describe()}")
+
+
+def _coerce_composite(value, t: TypeDescriptor) -> dict:
+    names = [name for name, _ in t.fields]
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise KeyNotCoercible(f"the key type is the composite {t.describe()}: give the key as a JSON list of "
+                                  f"{len(names)} fields") from None
+    if isinstance(value, dict):
+        if set(value) != set(names):
+            raise KeyNotCoercible(f"fields {sorted(value)} are not the key's fields {names}")
+        parts = [value[name] for name in names]
+    elif isinstance(value, (list, tuple)):
+        if len(value) != len(names):
+            raise KeyNotCoercible(f"{len(value)} fields given, the key type {t.describe()} has {len(names)}")
+        parts = list(value)
+    else:
+        raise KeyNotCoercible(f"the key type is the composite {t.describe()}: give a list of {len(names)} fields")
+    return {name: None if part is None else _coerce(part, ftype) for part, (name, ftype) in zip(parts, t.fields)}
+
+
+# ----------------------------------------------------------------------------- the key view
+
+
+@dataclass(frozen=True)
+class KeyRow:
+    """One entry of the key: in which operator and state, under which namespace, with what value."""
+
+    operator: str  # the operator's label: uid, else name, else id
+    operator_id: str
+    state: str
+    table: str  # the state's stable table name (as in the Spark catalog and the lake)
+    kind: str  # keyed | timer
+    key: object  # the key as coerced to this state's key type
+    key_group: int
+    namespace: object
+    value: object  # timers: the timestamp (ms)
+
+    def as_dict(self) -> dict:
+        return {"operator": self.operator, "operator_id": self.operator_id, "state": self.state, "table": self.table,
+                "kind": self.kind, "key": self.key, "key_group": self.key_group, "namespace": self.namespace,
+                "value": self.value}
+
+
+KEY_VIEW_COLUMNS = ("operator", "operator_id", "state", "table", "kind", "key", "key_group", "namespace", "value")
+
+
+@dataclass(frozen=True)
+class SkippedState:
+    """A keyed state the view did not read, and why (its key type does not take K, or it cannot be read)."""
+
+    operator: str
+    operator_id: str
+    state: str
+    reason: str
+    coercion: bool  # True when K does not fit the state's key type
+
+    def as_dict(self) -> dict:
+        return {"operator": self.operator, "operator_id": self.operator_id, "state": self.state,
+                "reason": self.reason}
+
+
+@dataclass
+class KeyView:
+    """Every keyed state of a savepoint that holds ``key``: ``rows``; states passed over: ``skipped``."""
+
+    key: object
+    path: str
+    checkpoint_id: int
+    rows: list[KeyRow] = field(default_factory=list)
+    skipped: list[SkippedState] = field(default_factory=list)
+    states_read: int = 0
+    stats: ReadStats = field(default_factory=ReadStats)
+
+    @property
+    def coercible(self) -> bool:
+        """Whether some state's key type took K (False: K fits no keyed state of the savepoint)."""
+        return self.states_read > 0 or not any(s.coercion for s in self.skipped)
+
+    def to_pylist(self) -> list[dict]:
+        return [row.as_dict() for row in self.rows]
+
+    def to_pandas(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.to_pylist(), columns=list(KEY_VIEW_COLUMNS))
+
+    def _repr_html_(self) -> str:
+        from statecat.statemeta.html import block, escape, table
+
+        heading = f"<b>key {escape(repr(self.key))}</b> in {escape(self.path)} (checkpoint {self.checkpoint_id})"
+        body = table(KEY_VIEW_COLUMNS, [[row.as_dict()[c] for c in KEY_VIEW_COLUMNS] for row in self.rows],
+                     caption=f"{len(self.rows)} row(s) from {self.states_read} state(s)")
+        if self.skipped:
+            body += table(("operator", "state", "reason"), [(s.operator, s.state, s.reason) for s in self.skipped],
+                          caption="states not read")
+        return block(heading + body)
+
+
+def select_states(meta: StateMeta, operators: Sequence[str] | None = None,
+                  states: Sequence[str] | None = None) -> list[tuple[OperatorMeta, StateInfo]]:
+    """The states of ``meta`` in the named operators (id, uid or name) with the given names.
+
+    A name that matches nothing raises ``LookupFailedError`` with the known names."""
+    chosen = list(meta.states())
+    if operators:
+        wanted = set()
+        for ref in operators:
+            # _metadata before Flink 2.0 keeps no uids, but an operator's id is derived from its uid.
+            matches = {op.id for op in meta.operators
+                       if ref in (op.id, op.uid, op.name) or op.id == operator_id_for_uid(ref)}
+            wanted |= matches
+            if not matches:
+                raise LookupFailedError(f"unknown operator {ref!r} in savepoint {meta.path}",
+                                        hint=did_you_mean(ref, [op.label for op in meta.operators]
+                                                          + [op.id for op in meta.operators]))
+        chosen = [(op, s) for op, s in chosen if op.id in wanted]
+    if states:
+        names = {s.name for _, s in chosen}
+        for name in states:
+            if name not in names:
+                raise LookupFailedError(f"unknown state {name!r} in savepoint {meta.path}"
+                                        + (" (in the operators named)" if operators else ""),
+                                        hint=did_you_mean(name, names))
+        chosen = [(op, s) for op, s in chosen if s.name in set(states)]
+    return chosen
+
+
+def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Sequence[str] | None = None) -> KeyView:
+    """Every keyed state (values and timers) of ``reader``'s savepoint that holds ``key`` (see ``SavepointReader.key``)."""
+    meta = reader.meta
+    tables = stable_state_names(meta)
+    view = KeyView(key, meta.path, meta.checkpoint_id)
+    plans: dict[tuple, list] = {}  # (subtask, stream, key-group) -> the states to decode from its bytes
+    for op, state in select_states(meta, operators, states):
+        if not state.is_keyed:
+            continue
+        if state.key is None or key_column_type(state.key).kind == "raw":
+            # Not K's fault: no key of any form could be matched against these bytes.
+            reasons = "; ".join(state.key.raw_reasons()) if state.key is not None else "no key serializer"
+            view.skipped.append(SkippedState(op.label, op.id, state.name, f"its keys cannot be decoded ({reasons})",
+                                             False))
+            continue
+        try:
+            coerced = coerce_key(key, state.key)
+            key_group = key_group_for(coerced, state.key, op.max_parallelism)
+        except KeyNotCoercible as exc:
+            view.skipped.append(SkippedState(op.label, op.id, state.name, str(exc), True))
+            continue
+        except StatecatError as exc:  # e.g. a SQL key field whose key-group statecat cannot compute
+            view.skipped.append(SkippedState(op.label, op.id, state.name, exc.message, True))
+            continue
+        try:
+            scanner = scanner_for(meta, op, state, unpickle=reader.unpickle)
+        except UnsupportedError as exc:  # a damaged file stays an error, not a state to pass over
+            view.skipped.append(SkippedState(op.label, op.id, state.name, exc.message, False))
+            continue
+        view.states_read += 1
+        location = next((loc for loc in state.locations
+                         if loc.start_key_group <= key_group < loc.start_key_group + len(loc.offsets)), None)
+        if location is None or location.offsets[key_group - location.start_key_group] == 0:
+            continue  # no subtask wrote anything into K's key-group
+        # The states of an operator share each subtask's stream: its key-group is read once for all.
+        plans.setdefault((location.subtask, location.stream, key_group), []).append(
+            (op, state, scanner, location, coerced))
+    for (_, _, key_group), items in plans.items():
+        reading = items[0][2]
+        for group, data, file, base in reading._key_groups(items[0][3], {key_group}):
+            for op, state, scanner, location, coerced in items:
+                batch = decode_key_group(scanner, location, group, data, file, base)
+                for row in _rows_of_key(batch, coerced, scanner):
+                    view.rows.append(KeyRow(op.label, op.id, state.name, tables[(op.id, state.name)], state.kind,
+                                            row["key"], group, row["namespace"], row["value"]))
+                view.stats.rows += batch.num_rows
+        view.stats.bytes_read += reading.stats.bytes_read
+        view.stats.key_groups += reading.stats.key_groups
+        view.stats.subtasks |= reading.stats.subtasks
+    return view
+
+
+def decode_key_group(scanner: KeyedStateScanner, location: KeyedLocation, key_group: int, data: bytes, file: str,
+                     base: int) -> pa.RecordBatch:
+    """All rows of one state in one key-group's bytes (as ``KeyedStateScanner._key_groups`` yields them),
+    column-wise where the scanner can, else entry by entry."""
+    if scanner.fast is not None:
+        _, positions = scanner._locate(key_group, data, location, file, base)
+        return scanner._fast_batch([(key_group, data, file, base, location, positions)])
+    columns: tuple[list, list, list] = ([], [], [])
+    scanner._decode_key_group(key_group, data, location, columns, file, base, None)
+    return scanner._batch(columns)
+
+
+def _rows_of_key(batch: pa.RecordBatch, key, scanner: KeyedStateScanner) -> list[dict]:
+    if batch.num_rows == 0:
+        return []
+    if scanner._filterable_keys():
+        # Arrow compares in the column's type (a FLOAT key is matched as the float32 Flink stored).
+        wanted = pa.array([key], type=batch.schema.field("key").type)
+        return batch.filter(pc.is_in(batch.column(0), value_set=wanted)).to_pylist()
+    wanted_key = _hashable(key)
+    return [row for row in batch.to_pylist() if _hashable(row["key"]) == wanted_key]
+
+
+def key_not_coercible_error(key, views: Iterable[KeyView]) -> LookupFailedError:
+    reasons = sorted({s.reason for v in views for s in v.skipped if s.coercion})
+    shown = "; ".join(reasons[:4]) + (f"; and {len(reasons) - 4} more reasons" if len(reasons) > 4 else "")
+    return LookupFailedError(f"key {key!r} fits no keyed state's key type ({shown})",
+                             hint="Give the key as the key column shows it: text, a number, or a JSON list of the "
+                                  "fields of a composite key")
+
+
+# ----------------------------------------------------------------------------- history
+
+
+@dataclass
+class KeyHistoryEntry:
+    """One snapshot in a key's history: where, when, and the key view (or why it could not be read)."""
+
+    path: str
+    checkpoint_id: int | None
+    taken_at: dt.datetime | None
+    time_source: str  # where taken_at comes from, or why it is unknown
+    view: KeyView | None
+    error: str | None = None
+
+
+def snapshot_time(path: str) -> tuple[dt.datetime | None, str]:
+    """When the snapshot was taken, and where that comes from (statemeta.taken_at, when present)."""
+    try:
+        from statecat.statemeta.taken_at import savepoint_time
+    except ImportError:
+        return None, "unknown: ordered by checkpoint id"
+    try:
+        return savepoint_time(path)
+    except StatecatError as exc:  # the snapshot itself is then reported as unreadable
+        return None, f"unknown: {exc.message}"
+
+
+def key_history(root: str | Sequence[str], key, *, operators: Sequence[str] | None = None,
+                states: Sequence[str] | None = None, unpickle: bool = False,
+                allowed_roots: Sequence[str] | None = None, descriptors=None) -> list[KeyHistoryEntry]:
+    """The key view of ``key`` in every savepoint and checkpoint under ``root`` (or in each path given),
+    ordered by when each was taken (checkpoint id, then path, where the time is unknown).
+
+    A snapshot that cannot be read, or lacks the named operators/states, is an entry with ``error``;
+    a key that fits no keyed state of any snapshot raises ``LookupFailedError``."""
+    from statecat.readers import SavepointReader
+    from statecat.statemeta.discovery import discover_snapshots
+
+    paths = discover_snapshots(root) if isinstance(root, str) else list(root)
+    entries = []
+    for path in paths:
+        taken_at, source = snapshot_time(path)
+        try:
+            meta = load_state_meta(path, allowed_roots=allowed_roots, descriptors=descriptors)
+        except StatecatError as exc:
+            entries.append(KeyHistoryEntry(path, None, taken_at, source, None, str(exc)))
+            continue
+        try:
+            view = key_view(SavepointReader(meta, unpickle=unpickle), key, operators=operators, states=states)
+        except StatecatError as exc:  # e.g. an older savepoint without the named state
+            entries.append(KeyHistoryEntry(path, meta.checkpoint_id, taken_at, source, None, str(exc)))
+            continue
+        entries.append(KeyHistoryEntry(path, meta.checkpoint_id, taken_at, source, view))
+    entries.sort(key=_history_order)
+    views = [e.view for e in entries if e.view is not None]
+    if views and not any(v.coercible for v in views):
+        raise key_not_coercible_error(key, views)
+    return entries
+
+
+def _history_order(entry: KeyHistoryEntry):
+    # Snapshots of unknown time go after the timed ones; equal times by checkpoint id, then path.
+    taken = entry.taken_at
+    if taken is not None and taken.tzinfo is None:
+        taken = taken.replace(tzinfo=dt.timezone.utc)
+    return (taken is None, taken or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+            entry.checkpoint_id if entry.checkpoint_id is not None else -1, entry.path)
+
+
+__all__ = ["KeyView", "KeyRow", "SkippedState", "KeyHistoryEntry", "KeyNotCoercible", "coerce_key", "key_view",
+           "key_history", "select_states"]
