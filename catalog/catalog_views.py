@@ -94,6 +94,9 @@ def ensure_catalog_views(spark) -> None:
                 continue
             spark.sql(f"DROP TABLE {name}")
         spark.catalog.createTable(name, source=SOURCE_NAME, schema=schema, description=TABLE_COMMENTS[kind])
+    from statecat.catalog.sql_forms import ensure_sql_forms
+
+    ensure_sql_forms(spark, location)  # statecat.key_view / statecat.diff read the registry the same way
 
 
 def refresh_catalog_views(spark) -> None:

@@ -11,7 +11,7 @@ HOME_ENV = "STATECAT_HOME"
 
 
 def add_home_argument(parser) -> None:
-    parser.add_argument("--home", default=os.environ.get(HOME_ENV),
+    parser.add_argument("--home", default=os.environ.get(HOME_ENV) or None,
                         help="the catalog's directory: metastore database, warehouse, Spark conf for `spark-sql` "
                              "(default: $STATECAT_HOME, else ~/.statecat); every process on a home shares it")
 

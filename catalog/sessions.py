@@ -67,8 +67,8 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
 
     ``quiet`` (the CLI's sessions) logs errors only, and not those that reach the caller as an
     exception anyway. It takes effect when this call starts Spark; later calls reuse that session,
-    except that a call for another home stops the session this function started and starts one on
-    that home's catalog.
+    except that a call naming another ``home`` stops the session this function started and starts
+    one on that home's catalog (without ``home``, the running session is reused).
     """
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -80,9 +80,10 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
                .config("spark.ui.enabled", "false"))
     java_options = []
     shared_metastore = None
+    explicit = bool(home)
     home = resolve_home(home)
     running = SparkContext._active_spark_context
-    if running is not None and running is _STARTED.get("context") and home != _STARTED.get("home"):
+    if explicit and running is not None and running is _STARTED.get("context") and home != _STARTED.get("home"):
         # A session of this process on another home's catalog: answering from it would be silently wrong.
         SparkSession.builder.getOrCreate().stop()
     starting = SparkContext._active_spark_context is None  # getOrCreate will start Spark: settings apply
@@ -137,7 +138,7 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
 
 def resolve_home(home: str | None) -> str | None:
     """The statecat home a session uses; None for a real Hive metastore configured by ``hive-site.xml``."""
-    if home is not None:
+    if home:
         return os.path.abspath(home)
     if os.environ.get(HOME_ENV):
         return os.path.abspath(os.environ[HOME_ENV])

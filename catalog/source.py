@@ -138,7 +138,8 @@ class FlinkStateReader(DataSourceReader):
         self.arrow_schema = to_arrow_schema(schema, timezone="UTC")
         self.keys: set | None = None  # pushed key = / IN values; None: no key filter
         self.state_names: set | None = None  # pushed state_name filter of operator tables
-        self.databases: set | None = None  # pushed database filter of statecat.states / statecat.operators
+        self.databases: set | None = None  # pushed database filter of statecat.states / .operators / .key_view
+        self.sides: dict[str, set] = {}  # pushed a = / b = of statecat.diff (catalog/sql_forms.py)
 
     # -- planning (driver)
 
@@ -149,12 +150,14 @@ class FlinkStateReader(DataSourceReader):
             if literals is not None and len(f.attribute) == 1 and self._scalars(literals):
                 values = {v for v in literals if v is not None}  # key = NULL matches no row
                 column = f.attribute[0].lower()
-                if column == "key" and self.ref.kind == "state":
+                if column == "key" and self.ref.kind in ("state", "key_view"):
                     self.keys = values if self.keys is None else self.keys & values
-                elif column == "state_name" and self.ref.kind == "operator":
+                elif (column, self.ref.kind) in (("state_name", "operator"), ("state", "diff")):
                     self.state_names = values if self.state_names is None else self.state_names & values
-                elif column == "database" and self.ref.kind in ("states", "operators"):
+                elif column == "database" and self.ref.kind in ("states", "operators", "key_view"):
                     self.databases = values if self.databases is None else self.databases & values
+                elif column in ("a", "b") and self.ref.kind == "diff":
+                    self.sides[column] = values & self.sides.get(column, values)
             # Spark evaluates the filter too: pushdown prunes key-groups, the exact match stays Spark's.
             yield f
 
@@ -171,6 +174,14 @@ class FlinkStateReader(DataSourceReader):
 
             try:  # one task per registered savepoint
                 return catalog_partitions(ref.savepoint, self.databases) or [InputPartition(None)]
+            except StatecatError as exc:
+                raise StatecatQueryError(str(exc)) from None
+        if ref.kind in ("key_view", "diff"):
+            from statecat.catalog.sql_forms import sql_form_partitions
+
+            try:  # key_view: one task per savepoint; diff: per state and key-group range
+                return sql_form_partitions(ref.kind, ref.savepoint, keys=self.keys, databases=self.databases,
+                                           sides=self.sides, states=self.state_names) or [InputPartition(None)]
             except StatecatError as exc:
                 raise StatecatQueryError(str(exc)) from None
         try:
@@ -236,6 +247,14 @@ class FlinkStateReader(DataSourceReader):
                     yield from catalog_batches(ref.kind, partition, self.arrow_schema)
                 except StatecatError as exc:
                     raise StatecatQueryError(str(exc)) from None
+            return
+        if ref.kind in ("key_view", "diff"):
+            from statecat.catalog.sql_forms import sql_form_batches
+
+            try:
+                yield from sql_form_batches(ref.kind, partition, self.arrow_schema)
+            except StatecatError as exc:
+                raise StatecatQueryError(str(exc)) from None
             return
         if not isinstance(partition, StatePartition):
             return  # nothing to read (no key-group can hold the pushed keys, or no states)

@@ -26,7 +26,8 @@ from statecat.statemeta.naming import catalog_table_names
 
 SOURCE_NAME = "flinkstate"
 REF_METADATA_KEY = "statecat.table"
-TABLE_KINDS = ("state", "operator", "state_meta", "states", "operators")  # the last two: catalog_views
+# states, operators: catalog_views; key_view, diff: sql_forms
+TABLE_KINDS = ("state", "operator", "state_meta", "states", "operators", "key_view", "diff")
 
 STATE_META_COLUMNS = (
     ("operator_id", "string"), ("operator_uid", "string"), ("operator_name", "string"),
@@ -145,10 +146,10 @@ def state_table_names(meta: StateMeta) -> dict[tuple[str, str], str]:
 
 def spark_schema(ref: TableRef, meta: StateMeta | None = None):
     """The Spark StructType of a table, its first column carrying the TableRef."""
-    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType
+    from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
     # Built without a session: Python workers planning a read have no SparkContext to parse DDL.
-    simple_types = {"string": StringType(), "int": IntegerType(), "bigint": LongType()}
+    simple_types = {"string": StringType(), "int": IntegerType(), "bigint": LongType(), "timestamp": TimestampType()}
 
     if ref.kind == "state":
         from pyspark.sql.pandas.types import from_arrow_schema
@@ -185,6 +186,10 @@ def _columns_and_comments(kind: str) -> tuple[tuple, dict]:
         from statecat.catalog.catalog_views import catalog_columns
 
         return catalog_columns(kind)
+    if kind in ("key_view", "diff"):
+        from statecat.catalog.sql_forms import sql_form_columns
+
+        return sql_form_columns(kind)
     return OPERATOR_COLUMNS, COLUMN_COMMENTS
 
 

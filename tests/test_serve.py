@@ -165,6 +165,20 @@ def test_serve_json_and_the_line_name_the_server(server):
     assert len(lines) == 1 and lines[0].startswith(f"serving on jdbc:hive2://127.0.0.1:{server.port}/ ")
 
 
+def test_superset_s_route_sqlalchemy_over_pyhive_reads_the_state(server):
+    """Superset (and other SQLAlchemy tools) connect with PyHive's ``hive://`` dialect. (Its table
+    listing reads Hive's SHOW TABLES layout, not Spark's: documented; queries are what dashboards run.)"""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(f"hive://127.0.0.1:{server.port}/{DATABASE}")
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(text("SELECT key, value.f0, value.f1 FROM accstate")).fetchall()
+    finally:
+        engine.dispose()
+    assert {key: (f0, f1) for key, f0, f1 in rows} == expected_accstate(CASE)
+
+
 def test_four_clients_at_once_get_the_expected_state(server):
     expected = expected_accstate(CASE)
     query = f"SELECT key, value.f0 AS f0, value.f1 AS f1 FROM {DATABASE}.accstate"

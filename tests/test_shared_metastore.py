@@ -180,3 +180,22 @@ def test_embedded_mode_names_the_process_holding_the_database(tmp_path):
     errors = [line for line in embedded.stderr.splitlines() if line.startswith("statecat: error:")]
     assert len(errors) == 1 and "is open in another process" in errors[0], embedded.stderr[-3000:]
     assert "Traceback" not in embedded.stderr
+
+
+def test_a_production_hive_site_is_used_as_is(tmp_path, monkeypatch):
+    from statecat.catalog.sessions import resolve_home
+
+    conf = tmp_path / "spark-conf"
+    conf.mkdir()
+    (conf / "hive-site.xml").write_text("<configuration><property><name>hive.metastore.uris</name>"
+                                        "<value>thrift://metastore.example:9083</value></property></configuration>")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
+    monkeypatch.delenv("STATECAT_HOME", raising=False)
+    assert resolve_home(None) is None  # Spark's own conf names the metastore: statecat starts none
+    assert resolve_home(str(tmp_path / "h")) == str(tmp_path / "h")  # an explicit home still wins
+    monkeypatch.setenv("STATECAT_HOME", str(tmp_path / "env"))
+    assert resolve_home(None) == str(tmp_path / "env")
+    env = dict(os.environ, SPARK_CONF_DIR=str(conf), STATECAT_HOME="")
+    done = subprocess.run(_statecat_command("metastore"), cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=TIMEOUT, check=False)
+    assert done.returncode == 2 and done.stderr.count("statecat: error:") == 1 and "hive-site.xml" in done.stderr

@@ -79,6 +79,11 @@ def expected_rows(name: str) -> list[tuple]:
                 for r in sorted(rows, key=lambda r: (r["value"], r["key"]))]
     if name.startswith("08_"):
         return _bytes_per_state_rows(["sql_groupby_hashmap_2.3", "sql_join_2.3", "sql_window_2.3"])
+    if name.startswith("09_"):
+        return _key_history_rows(["sql_groupby_hashmap_1.20", "sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_2.3"],
+                                 "key_662")
+    if name.startswith("10_"):
+        return _diff_counts("sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_2.3", "accState")
     raise AssertionError(f"no expected result for example {name}")
 
 
@@ -99,6 +104,32 @@ def _bytes_per_state_rows(cases: list[str]) -> list[tuple]:
     return sorted(rows, key=lambda r: (r[0], -r[4], r[1], r[2]))
 
 
+def _key_history_rows(cases: list[str], key: str) -> list[tuple]:
+    """The key's aggregate in each savepoint (expected.json), ordered by when each was taken and then by
+    database (times and checkpoint ids are metadata: statecat.statemeta)."""
+    from statecat.statemeta.model import load_state_meta
+    from statecat.statemeta.taken_at import savepoint_time
+
+    rows = []
+    for case in cases:
+        value = next(r for r in _state(case, "accState")["rows"] if r["key"] == key)["value"]
+        taken_at, _ = savepoint_time(str(savepoint_dir(case)))
+        database = case.replace(".", "_")
+        rows.append(((taken_at, database), (database, load_state_meta(str(savepoint_dir(case))).checkpoint_id,
+                                            "accState", value["f0"], value["f1"])))
+    return [row for _, row in sorted(rows)]
+
+
+def _diff_counts(case_a: str, case_b: str, state: str) -> list[tuple]:
+    """(state, change, entries) the two savepoints' expected contents imply (tests/test_diff.expected_changes)."""
+    from statecat.statemeta.model import load_state_meta
+    from tests.test_diff import expected_changes
+
+    op = next(op for op, s in load_state_meta(str(savepoint_dir(case_a))).states() if s.name == state)
+    changes = expected_changes(case_a, case_b)[(op.id, state)]
+    return [(state, change, len(changes[change])) for change in ("added", "changed", "removed") if changes[change]]
+
+
 def check_largest_keys(got: list[tuple], all_keys: list[tuple]) -> None:
     """The ten keys with most entries (ties ordered by JSON size, which only statecat renders)."""
     by_key = {k: (s, n) for k, s, n in all_keys}
@@ -116,7 +147,7 @@ def test_example_parses_with_sqlglot_spark_dialect(name):
 
 
 def test_every_scenario_has_an_example():
-    assert len(EXAMPLES) == 8
+    assert len(EXAMPLES) == 10
     for name in EXAMPLES:
         first = example_sql(name).splitlines()[0]
         assert first.startswith("-- ") and first.endswith("?"), f"{name} starts with the question it answers"
