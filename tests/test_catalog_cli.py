@@ -23,7 +23,9 @@ from tests.test_sql_examples import EXAMPLES, check_largest_keys, example_sql, e
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-CASES = ["sql_groupby_hashmap_2.3", "sql_window_2.3", "sql_join_2.3"]
+# Two savepoints of the GROUP BY job besides 2.3's, for the examples across savepoints (09, 10).
+CASES = ["sql_groupby_hashmap_2.3", "sql_window_2.3", "sql_join_2.3", "sql_groupby_hashmap_1.20",
+         "sql_groupby_rocksdb_2.3"]
 MAIN_QUERY = ("SELECT key, value.f0 AS count, value.f1 AS total "
               "FROM sql_groupby_hashmap_2_3.accstate WHERE key = 'key_662'")
 TIMEOUT = 300
@@ -79,7 +81,8 @@ def test_spark_sql_lists_the_attached_databases_and_answers_every_example(home, 
         timeout=TIMEOUT, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    databases = ["default", "sql_groupby_hashmap_2_3", "sql_join_2_3", "sql_window_2_3", "statecat"]
+    databases = ["default", "sql_groupby_hashmap_1_20", "sql_groupby_hashmap_2_3", "sql_groupby_rocksdb_2_3",
+                 "sql_join_2_3", "sql_window_2_3", "statecat"]
     assert lines[:len(databases)] == databases
     position = len(databases)
     for name in EXAMPLES:
@@ -117,7 +120,8 @@ def test_statecat_sql_unknown_savepoint_is_a_one_line_error(home, tmp_path):
                      home=home, cwd=tmp_path)
     assert done.returncode == 2
     assert ("statecat: error: unknown savepoint database 'sql_groupby_hashmap_2_4'. "
-            "Did you mean 'sql_groupby_hashmap_2_3'?") in done.stderr
+            "Did you mean 'sql_groupby_hashmap_2_3' or 'sql_groupby_hashmap_1_20' or 'sql_groupby_rocksdb_2_3'?") \
+        in done.stderr
 
 
 def test_sql_output_formats():
