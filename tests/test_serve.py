@@ -265,7 +265,9 @@ def test_a_savepoint_is_attached_once_it_is_complete(server):
     assert server.query("SHOW DATABASES LIKE 'late'") == []
     for path in state_files:
         shutil.copy(path, late / path.name)
-    _until(lambda: server.query("SHOW DATABASES LIKE 'late'"), TIMEOUT, "serve to attach the completed savepoint")
+    # The database is created before its tables: wait for the table the query reads.
+    _until(lambda: server.query("SHOW DATABASES LIKE 'late'") and server.query("SHOW TABLES IN late LIKE 'accstate'"),
+           TIMEOUT, "serve to attach the completed savepoint")
     rows = server.query("SELECT key, value.f0, value.f1 FROM late.accstate")
     assert {key: (f0, f1) for key, f0, f1 in rows} == expected_accstate(LATE_CASE)
 
