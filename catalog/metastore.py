@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from statecat.catalog.local_ports import LOOPBACK, TCP_ESTABLISHED, accepts, listening, process_alive, sockets_on
 from statecat.statemeta.errors import StatecatError
 
 METASTORE_MAIN = "org.apache.hadoop.hive.metastore.HiveMetaStore"
@@ -41,14 +42,11 @@ CONF_DIR = "conf"
 DERBY_DIR = "metastore_db"
 WAREHOUSE_DIR = "spark-warehouse"
 SCRATCH_DIR = "scratch"
-LOOPBACK = "127.0.0.1"
 IDLE_ENV = "STATECAT_METASTORE_IDLE_SECONDS"
 DEFAULT_IDLE_SECONDS = 600
 START_TIMEOUT_SECONDS = 180  # a busy 2-core machine takes up to a minute to boot the JVM and Derby
 POLL_SECONDS = 0.2
 SERVER_HEAP = "-Xmx512m"
-_TCP_ESTABLISHED = "01"
-_TCP_LISTEN = "0A"
 
 SERVER_LOG4J2 = """\
 status = error
@@ -117,7 +115,7 @@ class MetastoreServer:
 def running(home: str) -> MetastoreServer | None:
     """The home's server if its supervisor is alive and its port accepts connections."""
     server = _read_state(home)
-    if server is None or not _alive(server.supervisor_pid) or not _accepts(server.port):
+    if server is None or not process_alive(server.supervisor_pid) or not accepts(LOOPBACK, server.port):
         return None
     return server
 
@@ -132,7 +130,7 @@ def start(home: str, *, wait: bool = True) -> MetastoreServer:
         if server is not None:
             return server
         server = _read_state(home)
-        if server is None or not _alive(server.supervisor_pid):  # else: being started by another process
+        if server is None or not process_alive(server.supervisor_pid):  # else: being started by another process
             _check_derby_free(home)
             port = _free_port()
             with open(os.path.join(home, LOG_FILE), "ab") as log:
@@ -153,7 +151,7 @@ def wait_ready(server: MetastoreServer) -> MetastoreServer:
         current = running(server.home)
         if current is not None and current.port == server.port:
             return current
-        if not _alive(server.supervisor_pid):
+        if not process_alive(server.supervisor_pid):
             break
         time.sleep(POLL_SECONDS)
     home = server.home
@@ -165,29 +163,18 @@ def wait_ready(server: MetastoreServer) -> MetastoreServer:
 def stop(home: str, timeout: float = 60.0) -> bool:
     """Stops the home's server; False if none was running."""
     server = _read_state(os.path.abspath(home))
-    if server is None or not _alive(server.supervisor_pid):
+    if server is None or not process_alive(server.supervisor_pid):
         return False
     os.kill(server.supervisor_pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(server.supervisor_pid) and time.monotonic() < deadline:
+    while process_alive(server.supervisor_pid) and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS)
     return True
 
 
 def connected_clients(port: int) -> int:
     """Established TCP connections to ``port`` on this host (from /proc; 0 where there is no /proc)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if len(fields) > 3 and fields[3] == _TCP_ESTABLISHED and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        count += 1
-        except OSError:
-            continue
-    return count
+    return sockets_on(port, TCP_ESTABLISHED)
 
 
 def spark_conf(server: MetastoreServer) -> dict[str, str]:
@@ -264,7 +251,7 @@ def _supervise(home: str, port: int) -> int:
     idle_since = time.monotonic()
     try:
         while not stopping and server.poll() is None:
-            if not recorded and _listening(port):
+            if not recorded and listening(port):
                 _write_atomically(os.path.join(home, STATE_FILE), json.dumps(state.__dict__))
                 write_client_conf(state)
                 recorded = True
@@ -325,44 +312,6 @@ def _read_state(home: str) -> MetastoreServer | None:
             return MetastoreServer(**json.load(f))
     except (OSError, ValueError, TypeError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie (exited, not yet reaped by its parent) is not alive.
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-def _accepts(port: int) -> bool:
-    try:
-        with socket.create_connection((LOOPBACK, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def _listening(port: int) -> bool:
-    """Whether something listens on the port, seen in /proc so that checking makes no connection."""
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table) as f:
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if len(fields) > 3 and fields[3] == _TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-        except OSError:
-            continue
-    return not os.path.exists("/proc/net/tcp") and _accepts(port)
 
 
 def _free_port() -> int:

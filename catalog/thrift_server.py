@@ -28,6 +28,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
+from statecat.catalog.local_ports import listening, process_alive
 from statecat.statemeta.errors import StatecatError
 
 SERVE_FILE = "serve.json"
@@ -47,7 +48,6 @@ OPTION_SETTINGS = {
     "hive.server2.authentication": "--auth",
 }
 THRIFT_SERVER_CLASS = "org.apache.spark.sql.hive.thriftserver.HiveThriftServer2"
-_TCP_LISTEN = "0A"
 
 log = logging.getLogger("statecat.serve")
 
@@ -95,50 +95,9 @@ def read_server_info(home: str) -> ServerInfo | None:
 def live_server(home: str) -> ServerInfo | None:
     """The home's server if serve.json names a process that is alive and a port that listens."""
     info = read_server_info(home)
-    if info is None or not _alive(info.pid) or not listening(info.port):
+    if info is None or not process_alive(info.pid) or not listening(info.port):
         return None
     return info
-
-
-def listening(port: int) -> bool:
-    """Whether something listens on the port, seen in /proc: a probe connection would make the
-    Thrift server log a failed handshake."""
-    tables = ("/proc/net/tcp", "/proc/net/tcp6")
-    if not os.path.exists(tables[0]):
-        return _accepts("127.0.0.1", port)
-    for table in tables:
-        try:
-            with open(table) as f:
-                next(f, None)
-                for line in f:
-                    fields = line.split()
-                    if len(fields) > 3 and fields[3] == _TCP_LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        return True
-        except OSError:
-            continue
-    return False
-
-
-def _accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=2):
-            return True
-    except OSError:
-        return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie (exited, not yet reaped) is not alive
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
 
 
 def is_loopback(host: str) -> bool:
