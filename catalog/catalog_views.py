@@ -83,20 +83,28 @@ def ensure_catalog_views(spark) -> None:
     """Creates ``statecat.states`` and ``statecat.operators`` (idempotent; recreated when their
     columns or the registry's location changed). Needs the registry table (``ensure_registry``)."""
     from statecat.catalog.registry import REGISTRY_TABLE
-    from statecat.catalog.tables import SOURCE_NAME, TableRef, ref_from_schema, spark_schema
 
     location = registry_location(spark, REGISTRY_TABLE)
-    for kind, name in (("states", STATES_TABLE), ("operators", OPERATORS_TABLE)):
+    ensure_registry_tables(spark, location, [("states", STATES_TABLE, TABLE_COMMENTS["states"]),
+                                             ("operators", OPERATORS_TABLE, TABLE_COMMENTS["operators"])])
+    from statecat.catalog.sql_forms import ensure_sql_forms
+
+    ensure_sql_forms(spark, location)  # statecat.key_view / statecat.diff read the registry the same way
+
+
+def ensure_registry_tables(spark, location: str, tables) -> None:
+    """Creates each (kind, name, comment) ``flinkstate`` table reading the registry at ``location``;
+    one whose columns or registry location changed is recreated, an up-to-date one is kept."""
+    from statecat.catalog.tables import SOURCE_NAME, TableRef, ref_from_schema, spark_schema
+
+    for kind, name, comment in tables:
         schema = spark_schema(TableRef(kind, location))
         if spark.catalog.tableExists(name):
             current = spark.table(name).schema
             if ref_from_schema(current) == ref_from_schema(schema) and current.names == schema.names:
                 continue
             spark.sql(f"DROP TABLE {name}")
-        spark.catalog.createTable(name, source=SOURCE_NAME, schema=schema, description=TABLE_COMMENTS[kind])
-    from statecat.catalog.sql_forms import ensure_sql_forms
-
-    ensure_sql_forms(spark, location)  # statecat.key_view / statecat.diff read the registry the same way
+        spark.catalog.createTable(name, source=SOURCE_NAME, schema=schema, description=comment)
 
 
 def refresh_catalog_views(spark) -> None:

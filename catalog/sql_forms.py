@@ -106,16 +106,9 @@ def sql_form_columns(kind: str) -> tuple[tuple, dict]:
 def ensure_sql_forms(spark, location: str) -> None:
     """Creates ``statecat.key_view`` and ``statecat.diff`` reading the registry at ``location``
     (idempotent; recreated when their columns or the registry's location changed)."""
-    from statecat.catalog.tables import SOURCE_NAME, TableRef, ref_from_schema, spark_schema
+    from statecat.catalog.catalog_views import ensure_registry_tables
 
-    for kind, name in TABLES.items():
-        schema = spark_schema(TableRef(kind, location))
-        if spark.catalog.tableExists(name):
-            current = spark.table(name).schema
-            if ref_from_schema(current) == ref_from_schema(schema) and current.names == schema.names:
-                continue
-            spark.sql(f"DROP TABLE {name}")
-        spark.catalog.createTable(name, source=SOURCE_NAME, schema=schema, description=TABLE_COMMENTS[kind])
+    ensure_registry_tables(spark, location, [(kind, name, TABLE_COMMENTS[kind]) for kind, name in TABLES.items()])
 
 
 # ----------------------------------------------------------------------------- planning (driver, no Spark)
