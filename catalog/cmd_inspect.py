@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from statecat.statemeta.metadata import FileStream, InlineStream, KeyGroupsHandle, UnsupportedKeyedHandle
+from statecat.readers.state_bytes import subtask_stream_bytes
+from statecat.statemeta.metadata import KeyGroupsHandle, UnsupportedKeyedHandle
 from statecat.statemeta.model import StateMeta, load_state_meta
 from statecat.statemeta.naming import catalog_table_names
 
@@ -48,18 +49,6 @@ def _handle_kinds(op) -> dict[str, int]:
     return kinds
 
 
-def _stream_bytes(op) -> int:
-    total = 0
-    for subtask in op.subtasks:
-        for handle in (subtask.managed_keyed, subtask.raw_keyed, subtask.managed_operator, subtask.raw_operator):
-            stream = getattr(handle, "stream", None)
-            if isinstance(stream, (InlineStream, FileStream)):
-                total += stream.size
-            elif isinstance(handle, UnsupportedKeyedHandle):
-                total += handle.size
-    return total
-
-
 def describe(meta: StateMeta) -> dict:
     md = meta.metadata
     by_id = {op.id: op for op in md.operators}
@@ -84,7 +73,7 @@ def describe(meta: StateMeta) -> dict:
         operators.append({
             "id": op.id, "uid": op.uid, "name": op.name, "parallelism": op.parallelism,
             "max_parallelism": op.max_parallelism, "subtasks_with_state": len(raw_op.subtasks),
-            "state_bytes": _stream_bytes(raw_op), "coordinator_bytes": op.coordinator_bytes,
+            "state_bytes": subtask_stream_bytes(raw_op), "coordinator_bytes": op.coordinator_bytes,
             "handles": _handle_kinds(raw_op), "unsupported": list(op.unsupported), "states": states,
         })
     return {

@@ -186,8 +186,14 @@ def operator_stream_bytes(meta: StateMeta, operator_id: str) -> int:
     """Every stream of the operator in the snapshot: keyed, operator and raw state of each
     subtask, handles statecat does not read, and the coordinator's (as ``statecat inspect`` counts)."""
     raw = next(op for op in meta.metadata.operators if op.id == operator_id)
-    total = raw.coordinator.size if raw.coordinator is not None else 0
-    for subtask in raw.subtasks:
+    return (raw.coordinator.size if raw.coordinator is not None else 0) + subtask_stream_bytes(raw)
+
+
+def subtask_stream_bytes(raw_operator) -> int:
+    """The streams of an operator's subtasks (``_metadata``'s operator): keyed, operator and raw
+    state, and the handles statecat does not read; not the coordinator's."""
+    total = 0
+    for subtask in raw_operator.subtasks:
         for handle in (subtask.managed_keyed, subtask.raw_keyed, subtask.managed_operator, subtask.raw_operator):
             stream = getattr(handle, "stream", None)
             if isinstance(stream, (InlineStream, FileStream)):
