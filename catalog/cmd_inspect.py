@@ -6,7 +6,7 @@ import json
 import sys
 
 from statecat.readers.state_bytes import subtask_stream_bytes
-from statecat.statemeta.metadata import KeyGroupsHandle, UnsupportedKeyedHandle
+from statecat.statemeta.metadata import KeyGroupsHandle, NativeRocksDBHandle, UnsupportedKeyedHandle
 from statecat.statemeta.model import StateMeta, load_state_meta
 from statecat.statemeta.naming import catalog_table_names
 
@@ -39,6 +39,8 @@ def _handle_kinds(op) -> dict[str, int]:
         for handle in (subtask.managed_keyed, subtask.raw_keyed):
             if isinstance(handle, KeyGroupsHandle):
                 count(f"keyed-{handle.kind}/{handle.stream.kind}")
+            elif isinstance(handle, NativeRocksDBHandle):
+                count(f"keyed-{handle.kind}/{len(handle.sst_files)} sst")
             elif isinstance(handle, UnsupportedKeyedHandle):
                 count(f"keyed-{handle.kind}")
         for handle in (subtask.managed_operator, subtask.raw_operator):

@@ -367,6 +367,24 @@ class Materializer:
         for loc in state.locations:
             if state.is_keyed:
                 # One key-group at a time: its entry count is known without hashing any key.
+                if loc.native is not None:
+                    from statecat.readers.native_rocksdb import column_family_bytes
+
+                    counts = []
+                    for group in range(loc.start_key_group, loc.start_key_group + loc.num_key_groups):
+                        entries = 0
+                        for batch in scanner.batches([loc], key_groups={group}):
+                            entries += batch.num_rows
+                            yield prefixed(batch)
+                        counter[0] += entries
+                        counts.append((group, entries))
+                    # SST files keep no per-key-group sizes. As for canonical key-groups, a
+                    # key-group's bytes are its whole (all states), repeated on each state: the
+                    # instance's SST bytes spread evenly over its key-groups.
+                    total = sum(column_family_bytes(meta.storage, loc.native).values())
+                    for (group, entries), size in zip(counts, _shares(total, [1] * len(counts))):
+                        stat(loc.subtask, group, entries, size)
+                    continue
                 for index, offset in enumerate(loc.offsets):
                     group = loc.start_key_group + index
                     end = loc.offsets[index + 1] if index + 1 < len(loc.offsets) else loc.stream.size
@@ -595,3 +613,15 @@ def lake_writer(lake: str) -> Callable[[str], None]:
         level = logging.ERROR if result.outcome == "failed" else logging.INFO
         log.log(level, "materialize %s: %s%s", uri, result.outcome, f" ({result.detail})" if result.detail else "")
     return write
+
+
+def _shares(total: int, weights: list[int]) -> list[int]:
+    """``total`` split in proportion to ``weights`` (largest remainders), adding up exactly."""
+    weight = sum(weights)
+    if weight == 0:
+        return [0] * len(weights)
+    exact = [total * w / weight for w in weights]
+    out = [int(x) for x in exact]
+    for i in sorted(range(len(weights)), key=lambda i: exact[i] - out[i], reverse=True)[:total - sum(out)]:
+        out[i] += 1
+    return out

@@ -110,6 +110,8 @@ def _savepoint_size(metadata) -> int:
                 stream = getattr(handle, "stream", None)
                 if stream is not None:
                     streams.append(stream)
+                if hasattr(handle, "files"):  # a native RocksDB instance: its meta-data stream and files
+                    streams += [handle.meta_stream] + [f.stream for f in handle.files]
         for stream in streams:
             path = getattr(stream, "path", None)
             if path is not None:

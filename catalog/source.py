@@ -66,7 +66,13 @@ def _query_error(ref: TableRef, exc: Exception, *, attached: bool = False) -> St
 
 
 def key_group_bytes(location) -> dict[int, int]:
-    """Bytes of each key-group of a keyed location that holds data, from the handle's offsets."""
+    """Bytes of each key-group of a keyed location that holds data, from the handle's offsets.
+
+    A native RocksDB instance has no per-key-group offsets: its files' bytes are spread evenly
+    over its key-groups (keys hash uniformly into them)."""
+    if location.native is not None:
+        share = location.native.size // max(location.native.num_key_groups, 1)
+        return {location.start_key_group + i: share for i in range(location.native.num_key_groups)}
     starts = sorted(o for o in location.offsets if o > 0)
     ends = dict(zip(starts, starts[1:] + [location.stream.size]))
     return {location.start_key_group + i: ends[o] - o for i, o in enumerate(location.offsets) if o > 0}
@@ -76,7 +82,7 @@ def split_key_groups(location, key_groups: tuple[int, ...] | None, target_bytes:
     """The location's key-groups (or the given subset) in consecutive runs of about ``target_bytes``."""
     sizes = key_group_bytes(location)
     groups = key_groups if key_groups is not None else tuple(
-        range(location.start_key_group, location.start_key_group + len(location.offsets)))
+        range(location.start_key_group, location.start_key_group + location.num_key_groups))
     chunks: list[tuple[int, ...]] = []
     current: list[int] = []
     current_bytes = 0

@@ -333,7 +333,7 @@ def _key_groups_in(meta, op, state, key_groups: tuple[int, int]):
     scanner = scanner_for(meta, op, state)
     for location in sorted(state.locations, key=lambda loc: loc.start_key_group):
         start = location.start_key_group
-        wanted = set(range(max(first, start), min(last, start + len(location.offsets) - 1) + 1))
+        wanted = set(range(max(first, start), min(last, start + location.num_key_groups - 1) + 1))
         if not wanted:
             continue
         for group, data, file, base in scanner._key_groups(location, wanted):

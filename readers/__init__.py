@@ -84,7 +84,7 @@ class SavepointReader:
             key_groups = wanted if key_groups is None else key_groups & wanted
         if key_groups is not None:
             locations = [loc for loc in locations
-                         if any(loc.start_key_group <= g < loc.start_key_group + len(loc.offsets) for g in key_groups)]
+                         if any(loc.holds_key_group(g) for g in key_groups)]
         yield from scanner.batches(locations, key_groups=key_groups, batch_rows=batch_rows, keys=keys)
 
     def table(self, state: str, operator: str | None = None, **options) -> pa.Table:
@@ -108,7 +108,7 @@ class SavepointReader:
         parts = []
         for loc in info.locations:
             if info.is_keyed:
-                groups = tuple(g for g in range(loc.start_key_group, loc.start_key_group + len(loc.offsets))
+                groups = tuple(g for g in range(loc.start_key_group, loc.start_key_group + loc.num_key_groups)
                                if key_groups is None or g in key_groups)
                 if key_groups is not None and not groups:
                     continue

@@ -275,13 +275,16 @@ def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Seq
             continue
         view.states_read += 1
         location = next((loc for loc in state.locations
-                         if loc.start_key_group <= key_group < loc.start_key_group + len(loc.offsets)), None)
-        if location is None or location.offsets[key_group - location.start_key_group] == 0:
+                         if loc.holds_key_group(key_group)), None)
+        if location is None or (location.native is None
+                                and location.offsets[key_group - location.start_key_group] == 0):
             continue  # no subtask wrote anything into K's key-group
-        # The states of an operator share each subtask's stream: its key-group is read once for all.
-        plans.setdefault((location.subtask, location.stream, key_group), []).append(
+        # The states of an operator share each subtask's stream: its key-group is read once for all
+        # (a native RocksDB instance keeps each state in its own column family).
+        own = state.name if location.native is not None else None
+        plans.setdefault((location.subtask, location.stream, key_group, own), []).append(
             (op, state, scanner, location, coerced))
-    for (_, _, key_group), items in plans.items():
+    for (_, _, key_group, _), items in plans.items():
         reading = items[0][2]
         for group, data, file, base in reading._key_groups(items[0][3], {key_group}):
             for op, state, scanner, location, coerced in items:

@@ -36,6 +36,7 @@ from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedErr
 from statecat.statemeta.headers import SNAPPY_STREAM_IDENTIFIER, open_stream
 from statecat.statemeta.model import (
     HEAP_CHECKPOINT_LAYOUT,
+    NATIVE_ROCKSDB_LAYOUT,
     KeyedLocation,
     OperatorLocation,
     OperatorMeta,
@@ -263,6 +264,9 @@ class KeyedStateScanner:
 
     def _key_groups(self, location: KeyedLocation, key_groups: set[int] | None):
         """(key-group, bytes, file, file offset) of each wanted non-empty key-group, in order."""
+        if location.layout == NATIVE_ROCKSDB_LAYOUT:
+            yield from self._native_key_groups(location, key_groups)
+            return
         wanted = [(i, offset) for i, offset in enumerate(location.offsets)
                   if offset != 0 and (key_groups is None or location.start_key_group + i in key_groups)]
         if not wanted:
@@ -290,6 +294,24 @@ class KeyedStateScanner:
                 if location.compressed and location.layout != HEAP_CHECKPOINT_LAYOUT:
                     data = decompress_snappy_framed(data, file, base + offset)
                 yield key_group, data, file, base + offset
+
+    def _native_key_groups(self, location: KeyedLocation, key_groups: set[int] | None):
+        """A RocksDB instance's key-groups of this state, framed like a canonical key-group."""
+        from statecat.readers.native_rocksdb import NativeInstance, framed_key_groups
+
+        instance = NativeInstance(self.meta.storage, location.native)
+        try:
+            for key_group, data in framed_key_groups(instance, location, self.state.name, self.prefix, key_groups):
+                self.stats.key_groups += 1
+                self.stats.subtasks.add(location.subtask)
+                yield key_group, data, instance.description, 0
+        except StatecatError as exc:
+            if exc.operator is not None:
+                raise
+            raise type(exc)(exc.message, file=exc.file, offset=exc.offset, operator=self.operator.label,
+                            state=self.state.name, hint=exc.hint) from None
+        finally:
+            self.stats.bytes_read += instance.bytes_read
 
     def _key_group_ends(self, location: KeyedLocation, file: str, base: int) -> dict[int, int]:
         """Where each non-empty key-group ends (index -> stream offset), after checking the offsets.
@@ -592,6 +614,8 @@ def _keyed_state_counts(operator: OperatorMeta) -> dict[tuple, int]:
 def _position(location: KeyedLocation, base: int, at: int) -> tuple[int, str]:
     """The file offset to report for byte ``at`` of a key-group starting at ``base``, and a note
     when the key-group is compressed (then ``at`` counts decompressed bytes)."""
+    if location.layout == NATIVE_ROCKSDB_LAYOUT:
+        return base, f" (entry at byte {at} of the key-group's entries as read from its SST files)"
     if location.compressed:
         return base, f" (at byte {at} of the decompressed key-group)"
     return base + at, ""

@@ -123,7 +123,7 @@ def _keyed_state(meta: StateMeta, state: str, operator: str | None) -> tuple[Ope
 def _subtask_of(op: OperatorMeta, info: StateInfo) -> dict[int, int]:
     owner = {}
     for location in info.locations:
-        for i in range(len(location.offsets)):
+        for i in range(location.num_key_groups):
             owner[location.start_key_group + i] = location.subtask
     return owner
 

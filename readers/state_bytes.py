@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from statecat.readers.scan import KeyedStateScanner, ReadStats, _keyed_state_counts, _read_up_to, decompress_snappy_framed
 from statecat.statemeta.errors import FormatError, StatecatError
 from statecat.statemeta.headers import open_stream
-from statecat.statemeta.metadata import FileStream, InlineStream, UnsupportedKeyedHandle
+from statecat.statemeta.metadata import FileStream, InlineStream, NativeRocksDBHandle, UnsupportedKeyedHandle
 from statecat.statemeta.model import KeyedLocation, OperatorLocation, OperatorMeta, StateInfo, StateMeta
 
 CANONICAL_LAYOUT = "canonical"  # KeyedLocation.layout of a savepoint's (and full RocksDB checkpoint's) key-groups
@@ -140,7 +140,21 @@ def operator_bytes(meta: StateMeta, operator: OperatorMeta) -> OperatorBytes:
             elif not state.is_keyed:
                 operator_streams.setdefault((location.subtask, location.stream), []).append((state, location))
 
+    native_bytes = 0
     for where, located in keyed.items():
+        native = located[0][1].native
+        if native is not None:
+            # Each SST file holds one column family (state); the meta-data stream, MANIFEST,
+            # OPTIONS and CURRENT are the instance's framing. Entries would need a full read.
+            from statecat.readers.native_rocksdb import column_family_bytes
+
+            sizes = column_family_bytes(meta.storage, native)
+            for state, _ in located:
+                size = totals[state.name][0]
+                totals[state.name] = [None if size is None else size + sizes.get(state.name, 0), None]
+            framing += native.size - sum(sizes.get(state.name, 0) for state, _ in located)
+            native_bytes += native.size
+            continue
         if any(getattr(location, "layout", CANONICAL_LAYOUT) != CANONICAL_LAYOUT for _, location in located):
             for state, _ in located:
                 totals[state.name] = [None, None]
@@ -165,7 +179,7 @@ def operator_bytes(meta: StateMeta, operator: OperatorMeta) -> OperatorBytes:
                                       else len(location.offsets))
 
     total = operator_stream_bytes(meta, operator.id)
-    unattributed = total - sum(stream.size for _, stream in measured)
+    unattributed = total - sum(stream.size for _, stream in measured) - native_bytes
     states = {name: StateBytes(size, entries) for name, (size, entries) in totals.items()}
     return OperatorBytes(operator.id, states, framing, unattributed, total)
 
@@ -198,7 +212,7 @@ def subtask_stream_bytes(raw_operator) -> int:
             stream = getattr(handle, "stream", None)
             if isinstance(stream, (InlineStream, FileStream)):
                 total += stream.size
-            elif isinstance(handle, UnsupportedKeyedHandle):
+            elif isinstance(handle, (NativeRocksDBHandle, UnsupportedKeyedHandle)):
                 total += handle.size
     return total
 

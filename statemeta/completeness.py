@@ -16,7 +16,13 @@ from dataclasses import dataclass
 import pyarrow.fs as pafs
 
 from statecat.statemeta.errors import StateFileError
-from statecat.statemeta.metadata import CheckpointMetadata, FileStream, KeyGroupsHandle, OperatorStreamHandle
+from statecat.statemeta.metadata import (
+    CheckpointMetadata,
+    FileStream,
+    KeyGroupsHandle,
+    NativeRocksDBHandle,
+    OperatorStreamHandle,
+)
 from statecat.statemeta.storage import Storage
 
 
@@ -55,6 +61,10 @@ def required_sizes(metadata: CheckpointMetadata) -> dict[str, int]:
             for handle in (subtask.managed_keyed, subtask.raw_keyed):
                 if isinstance(handle, KeyGroupsHandle):
                     need(handle.stream, handle.offsets)
+                elif isinstance(handle, NativeRocksDBHandle):
+                    need(handle.meta_stream)
+                    for file in handle.files:
+                        need(file.stream)
     return needed
 
 

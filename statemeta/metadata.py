@@ -128,7 +128,51 @@ class OperatorStreamHandle:
     kind: str = "operator"
 
 
-KeyedHandle = KeyGroupsHandle | UnsupportedKeyedHandle
+@dataclass(frozen=True)
+class RocksDBFile:
+    """One file of a RocksDB instance as Flink uploaded it, under RocksDB's own file name."""
+
+    name: str  # 000023.sst, MANIFEST-000005, OPTIONS-000019, CURRENT
+    stream: StreamHandle
+    shared: bool  # in the checkpoint's shared/ part (incremental SSTs), else private
+
+    @property
+    def is_sst(self) -> bool:
+        return self.name.endswith(".sst")
+
+
+@dataclass(frozen=True)
+class NativeRocksDBHandle:
+    """Keyed state as native RocksDB files (IncrementalRemoteKeyedStateHandle, tags 5 and 11).
+
+    Written for incremental and full RocksDB checkpoints and NATIVE savepoints alike: the
+    serialization proxy header (state names and serializers) in ``meta_stream``, and the
+    instance's files, one column family per state."""
+
+    checkpoint_id: int
+    backend_id: str
+    start_key_group: int
+    num_key_groups: int
+    checkpointed_size: int
+    meta_stream: StreamHandle
+    files: tuple[RocksDBFile, ...]
+    handle_id: str = ""
+    kind: str = field(default="native-rocksdb", init=False)
+
+    @property
+    def key_group_range(self) -> tuple[int, int]:
+        return self.start_key_group, self.start_key_group + self.num_key_groups - 1
+
+    @property
+    def sst_files(self) -> tuple[RocksDBFile, ...]:
+        return tuple(f for f in self.files if f.is_sst)
+
+    @property
+    def size(self) -> int:
+        return self.meta_stream.size + sum(f.stream.size for f in self.files if f.stream is not None)
+
+
+KeyedHandle = KeyGroupsHandle | NativeRocksDBHandle | UnsupportedKeyedHandle
 
 
 @dataclass(frozen=True)
@@ -385,7 +429,7 @@ class _MetadataParser:
                 return None
             return KeyGroupsHandle(kind, start, offsets, stream)
         if tag in (TAG_INCREMENTAL_V1, TAG_INCREMENTAL_V2):
-            return self._incremental_handle(tag)
+            return self._incremental_handle(tag, max_parallelism)
         if tag in (TAG_CHANGELOG_V1, TAG_CHANGELOG_V2):
             start, count = data.read_i32(), data.read_i32()
             size = data.read_i64()
@@ -426,24 +470,34 @@ class _MetadataParser:
             return UnsupportedKeyedHandle("changelog", start, count, size, _CHANGELOG_REASON)
         raise data.error("a keyed state handle", f"tag {tag}", offset=at)
 
-    def _incremental_handle(self, tag: int) -> UnsupportedKeyedHandle:
+    def _incremental_handle(self, tag: int, max_parallelism: int) -> NativeRocksDBHandle:
         data = self.data
-        data.read_i64()  # checkpoint id
-        data.read_utf()  # backend identifier
+        checkpoint_id = data.read_i64()
+        backend_id = data.read_utf()
+        at = data.offset
         start, count = data.read_i32(), data.read_i32()
-        size = data.read_i64() if tag == TAG_INCREMENTAL_V2 else 0  # checkpointed size (v2 only)
-        meta_handle = self._stream_handle()  # the keyed proxy header only
-        size += meta_handle.size if meta_handle is not None else 0
-        for _ in range(2):  # shared files, then private files
+        if start < 0 or count < 0 or start + count > max_parallelism:
+            raise data.error(f"a key-group range within max parallelism {max_parallelism}",
+                             f"start {start}, count {count}", offset=at)
+        size = self._non_negative_i64("checkpointed size") if tag == TAG_INCREMENTAL_V2 else 0
+        meta_at = data.offset
+        meta_stream = self._stream_handle()  # the keyed proxy header only
+        files = []
+        for shared in (True, False):
             for _ in range(self._count("number of RocksDB files", MAX_ENTRIES)):
-                data.read_utf()
-                self._stream_handle()
-        if tag == TAG_INCREMENTAL_V2:
-            data.read_utf()  # state handle id
-        return UnsupportedKeyedHandle(
-            "native-rocksdb", start, count, size,
-            "native RocksDB files (incremental checkpoint, native savepoint or RocksDB checkpoint) are not "
-            "supported yet; take a savepoint in CANONICAL format (flink stop --type canonical) to read this state")
+                name_at = data.offset
+                name = data.read_utf()
+                if not name or "/" in name or "\\" in name or name in (".", ".."):
+                    raise data.error("a RocksDB file name", repr(name), offset=name_at)
+                stream = self._stream_handle()
+                if stream is not None:
+                    files.append(RocksDBFile(name, stream, shared))
+        handle_id = data.read_utf() if tag == TAG_INCREMENTAL_V2 else ""
+        if meta_stream is None:
+            raise data.error("the RocksDB handle's meta-data stream (its state names and serializers)", "null",
+                             offset=meta_at)
+        return NativeRocksDBHandle(checkpoint_id, backend_id, start, count, size, meta_stream, tuple(files),
+                                   handle_id)
 
     def _operator_handle(self) -> OperatorStreamHandle | None:
         data = self.data

@@ -22,6 +22,7 @@ from statecat.statemeta.metadata import (
     CheckpointMetadata,
     InlineStream,
     KeyGroupsHandle,
+    NativeRocksDBHandle,
     OperatorState,
     OperatorStreamHandle,
     StreamHandle,
@@ -44,7 +45,10 @@ PYFLINK_PROCESS_STATE_PREFIX = "python-state-"
 # Flink's HeapSnapshotStrategy: per key-group its id, then per state a counted section of
 # unframed (namespace, key, value) entries or priority-queue elements).
 HEAP_CHECKPOINT_LAYOUT = "heap_checkpoint"
-KEY_GROUP_LAYOUTS = ("canonical", HEAP_CHECKPOINT_LAYOUT)
+# Native RocksDB files (incremental/full RocksDB checkpoints, NATIVE savepoints): one column family
+# per state in SST files, read by statecat.readers.native_rocksdb.
+NATIVE_ROCKSDB_LAYOUT = "rocksdb_native"
+KEY_GROUP_LAYOUTS = ("canonical", HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
 PYFLINK_UNDECLARED_REASON = ("PyFlink process-mode state: Flink stores PyFlink coder bytes without a schema; give "
                              "the job's state descriptors with `statecat snapshot --descriptors FILE` (see STATEINFO.md)")
 
@@ -66,6 +70,16 @@ class KeyedLocation:
     # it (0 = not known, e.g. built by hand).
     state_count: int = 0
     layout: str = "canonical"  # one of KEY_GROUP_LAYOUTS
+    # The RocksDB instance's files for NATIVE_ROCKSDB_LAYOUT (then ``stream`` is its meta-data
+    # stream and ``offsets`` is empty: key-groups are found through the SST files' indexes).
+    native: NativeRocksDBHandle | None = None
+
+    @property
+    def num_key_groups(self) -> int:
+        return self.native.num_key_groups if self.native is not None else len(self.offsets)
+
+    def holds_key_group(self, key_group: int) -> bool:
+        return self.start_key_group <= key_group < self.start_key_group + self.num_key_groups
 
 
 @dataclass(frozen=True)
@@ -250,6 +264,8 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
             unsupported.append(f"subtask {subtask.index}: raw keyed state is user-defined bytes without a schema")
         if isinstance(subtask.managed_keyed, KeyGroupsHandle):
             _collect_keyed(storage, subtask.index, subtask.managed_keyed, keyed)
+        elif isinstance(subtask.managed_keyed, NativeRocksDBHandle):
+            _collect_native(storage, subtask.index, subtask.managed_keyed, keyed)
         if subtask.managed_operator is not None:
             _collect_operator(storage, subtask.index, subtask.managed_operator, operator)
         if subtask.raw_operator is not None:
@@ -273,6 +289,21 @@ def _collect_keyed(storage: Storage, subtask: int, handle: KeyGroupsHandle, into
     for state_id, info in enumerate(header.states):
         location = KeyedLocation(subtask, handle.stream, handle.start_key_group, handle.offsets, state_id,
                                  header.compressed, header.length, len(header.states), layout)
+        if info.name in into:
+            into[info.name][2].append(location)
+        else:
+            into[info.name] = (info, header.key, [location])
+
+
+def _collect_native(storage: Storage, subtask: int, handle: NativeRocksDBHandle, into: dict) -> None:
+    """A RocksDB instance's states: the meta-data stream is the keyed proxy header alone."""
+    header: StreamHeader = read_keyed_header(storage, handle.meta_stream, [])
+    for state_id, info in enumerate(header.states):
+        # ``compressed`` stays False: the header's flag is about canonical key-group streams, and
+        # SST blocks carry their own compression.
+        location = KeyedLocation(subtask, handle.meta_stream, handle.start_key_group, (), state_id,
+                                 False, header.length, len(header.states), NATIVE_ROCKSDB_LAYOUT,
+                                 handle)
         if info.name in into:
             into[info.name][2].append(location)
         else:

@@ -28,6 +28,8 @@ from statecat.statemeta.metadata import (
     FileStream,
     InlineStream,
     KeyGroupsHandle,
+    NativeRocksDBHandle,
+    RocksDBFile,
     MasterState,
     OperatorState,
     OperatorStateEntry,
@@ -41,6 +43,7 @@ from statecat.statemeta.metadata import (
 )
 from statecat.statemeta.model import (
     KEY_GROUP_LAYOUTS,
+    NATIVE_ROCKSDB_LAYOUT,
     STATE_KINDS,
     KeyedLocation,
     OperatorLocation,
@@ -229,6 +232,13 @@ def _keyed_handle_json(storage: Storage, handle) -> dict | None:
         return {"type": "key_groups", "kind": handle.kind, "start_key_group": handle.start_key_group,
                 "key_group_range": list(handle.key_group_range), "offsets": list(handle.offsets),
                 "stream": _stream_json(storage, handle.stream)}
+    if isinstance(handle, NativeRocksDBHandle):
+        return {"type": "rocksdb_native", "kind": handle.kind, "checkpoint_id": handle.checkpoint_id,
+                "backend_id": handle.backend_id, "start_key_group": handle.start_key_group,
+                "num_key_groups": handle.num_key_groups, "checkpointed_size": handle.checkpointed_size,
+                "meta_stream": _stream_json(storage, handle.meta_stream), "handle_id": handle.handle_id,
+                "files": [{"name": f.name, "shared": f.shared, "stream": _stream_json(storage, f.stream)}
+                          for f in handle.files]}
     return {"type": "unsupported", "kind": handle.kind, "start_key_group": handle.start_key_group,
             "num_key_groups": handle.num_key_groups, "size": handle.size, "reason": handle.reason}
 
@@ -316,6 +326,8 @@ def _declared(state: StateInfo) -> dict | None:
 
 
 def _same_keyed(handle, loc: KeyedLocation) -> bool:
+    if loc.native is not None:
+        return handle == loc.native
     return (isinstance(handle, KeyGroupsHandle) and handle.stream == loc.stream
             and handle.offsets == loc.offsets and handle.start_key_group == loc.start_key_group)
 
@@ -418,6 +430,16 @@ def _keyed_handle_from(storage: Storage, data: dict | None):
                                  tuple(data["offsets"]), _stream_from(storage, data["stream"]))
         check_key_group_offsets(handle.offsets, handle.stream.size, storage.display(storage.metadata_path), None)
         return handle
+    if data["type"] == "rocksdb_native":
+        handle = NativeRocksDBHandle(
+            data["checkpoint_id"], data["backend_id"], _natural(data["start_key_group"], "start key-group"),
+            _natural(data["num_key_groups"], "key-group count"), data["checkpointed_size"],
+            _stream_from(storage, data["meta_stream"]),
+            tuple(RocksDBFile(f["name"], _stream_from(storage, f["stream"]), bool(f["shared"])) for f in data["files"]),
+            data["handle_id"])
+        if any(not f.name or "/" in f.name for f in handle.files):
+            raise ValueError("a RocksDB file name with a path separator")
+        return handle
     return UnsupportedKeyedHandle(data["kind"], data["start_key_group"], data["num_key_groups"], data["size"],
                                   data["reason"])
 
@@ -448,9 +470,13 @@ def _state_from(storage: Storage, operator_id: str, data: dict, subtasks: dict[i
             _natural(subtask, "subtask")
         if loc["handle"] == "managed_keyed":
             handle = subtasks[subtask].managed_keyed
-            if not isinstance(handle, KeyGroupsHandle):
+            native = handle if isinstance(handle, NativeRocksDBHandle) else None
+            if native is not None:
+                stream, start, offsets = native.meta_stream, native.start_key_group, ()
+            elif isinstance(handle, KeyGroupsHandle):
+                stream, start, offsets = handle.stream, handle.start_key_group, handle.offsets
+            else:
                 raise ValueError(f"subtask {subtask} has no key-groups handle")
-            stream, start, offsets = handle.stream, handle.start_key_group, handle.offsets
         elif loc["handle"] == "managed_operator":
             handle = subtasks[subtask].managed_operator
             entries = [e for e in handle.entries if e.name == loc["entry"]]
@@ -458,6 +484,7 @@ def _state_from(storage: Storage, operator_id: str, data: dict, subtasks: dict[i
                 raise ValueError(f"subtask {subtask} has no operator state entry {loc['entry']!r}")
             stream, offsets = handle.stream, entries[0].offsets
         elif loc["type"] in ("keyed", "operator"):
+            native = None
             stream = _stream_from(storage, loc["stream"])
             offsets = tuple(loc["offsets"])
             if loc["type"] == "keyed":
@@ -472,17 +499,18 @@ def _state_from(storage: Storage, operator_id: str, data: dict, subtasks: dict[i
         if not isinstance(loc["compressed"], bool):
             raise ValueError(f"compressed {loc['compressed']!r} is not a boolean")
         if keyed:
-            if start + len(offsets) > max_parallelism:
-                raise ValueError(f"key-groups {start}..{start + len(offsets) - 1} beyond max parallelism {max_parallelism}")
+            count = native.num_key_groups if native is not None else len(offsets)
+            if start + count > max_parallelism:
+                raise ValueError(f"key-groups {start}..{start + count - 1} beyond max parallelism {max_parallelism}")
             state_count = _natural(loc["state_count"], "state count")
             if not _natural(loc["state_id"], "state id") < state_count:
                 raise ValueError(f"state id {loc['state_id']} not below the header's {state_count} states")
             header_length = _natural(loc["header_length"], "header length")
             layout = loc.get("layout", "canonical")
-            if layout not in KEY_GROUP_LAYOUTS:
-                raise ValueError(f"unknown key-group layout {layout!r}")
+            if layout not in KEY_GROUP_LAYOUTS or (layout == NATIVE_ROCKSDB_LAYOUT) != (native is not None):
+                raise ValueError(f"key-group layout {layout!r} does not fit its handle")
             locations.append(KeyedLocation(subtask, stream, start, offsets, loc["state_id"], loc["compressed"],
-                                           header_length, state_count, layout))
+                                           header_length, state_count, layout, native))
         else:
             end = _natural(loc["end"], "end")
             if end > stream.size or any(o > end for o in offsets):
@@ -704,11 +732,24 @@ def load_fresh_state_info(storage: Storage, state_info: str | None = None) -> St
             doc = read_state_info_file(state_info)
         if doc is None or doc.get("format") != FORMAT_NAME or doc.get("format_version") != FORMAT_VERSION:
             return None
-        if not is_fresh(doc, storage):
+        if not is_fresh(doc, storage) or _written_before_native_reading(doc):
             return None
         return from_state_info(doc, storage)
     except StatecatError:
         return None
+
+
+def _written_before_native_reading(doc: dict) -> bool:
+    """A stateInfo that recorded native RocksDB handles as unsupported (written before statecat
+    read them) would hide their states: derive again instead."""
+    for op in doc.get("operators") or ():
+        for handles in op.get("handles") or ():
+            for name in ("managed_keyed", "raw_keyed"):
+                handle = handles.get(name) if isinstance(handles, dict) else None
+                if isinstance(handle, dict) and handle.get("type") == "unsupported" \
+                        and handle.get("kind") == "native-rocksdb":
+                    return True
+    return False
 
 
 def _now() -> str:

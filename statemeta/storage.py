@@ -130,11 +130,34 @@ class Storage:
         filesystem, which ``open`` reads only under an allowed root.
         """
         scheme, path = _split_uri(uri)
+        moved = self._in_own_job_directory(path)
+        if moved is not None:
+            return moved
         if scheme is None:
             return path  # a scheme-less path: Flink's default filesystem, i.e. the savepoint's
         if scheme == self.scheme:
             return path
         return f"file://{path}" if scheme == "file" else uri
+
+    def _in_own_job_directory(self, path: str) -> str | None:
+        """A retained checkpoint's file, re-based onto this checkpoint's own job directory.
+
+        Flink writes absolute handles (``…/<job-id>/shared/x``, ``…/<job-id>/chk-3/y``). A job
+        directory copied or downloaded elsewhere keeps that layout, so a handle naming the same
+        job directory's ``shared/``, ``taskowned/`` or ``chk-N/`` is read from the copy the user
+        pointed at, wherever Flink first wrote it."""
+        if not CHECKPOINT_DIR.fullmatch(posixpath.basename(self.directory.rstrip("/"))):
+            return None
+        job = posixpath.dirname(self.directory.rstrip("/"))
+        job_name = posixpath.basename(job)
+        parts = path.split("/")
+        for i in range(len(parts) - 2, 0, -1):
+            if parts[i - 1] == job_name and (parts[i] in CHECKPOINT_SHARED_DIRS or CHECKPOINT_DIR.fullmatch(parts[i])):
+                suffix = posixpath.normpath("/".join(parts[i:]))
+                if suffix.startswith("..") or "/../" in f"/{suffix}/":
+                    return None
+                return posixpath.join(job, suffix)
+        return None
 
     # -- confinement
 

@@ -21,6 +21,17 @@ from statecat.statemeta.model import OperatorMeta, StateMeta, load_state_meta
 PYFLINK_PROCESS_PREFIX = "python-state-"
 
 
+def snapshot_dir(path: Path) -> Path:
+    """The snapshot to read: ``path`` itself when it holds ``_metadata`` (a savepoint or one phase's
+    checkpoint), else the case directory's savepoint (tests/fixtures/expected.py)."""
+    path = Path(path)
+    if (path / "_metadata").exists():
+        return path
+    from tests.fixtures.expected import savepoint_dir
+
+    return savepoint_dir(path)
+
+
 def find_operator(meta: StateMeta, expected_op: dict) -> OperatorMeta:
     if expected_op.get("uid"):
         return meta.operator(expected_op["uid"])
@@ -59,7 +70,7 @@ def _normalise_expected_map(value):
 
 
 def check_inspect(case_dir: Path, expected: dict) -> None:
-    meta = load_state_meta(case_dir / "savepoint")
+    meta = load_state_meta(snapshot_dir(case_dir))
     report = describe(meta)
     assert report["metadata_version"] == expected["metadata_version"]
     assert report["savepoint_format"] == expected.get("savepoint_format", "CANONICAL")
@@ -114,7 +125,7 @@ def _comparable(rows: list[dict], columns: list[str]) -> list[dict]:
 
 
 def check_state_rows(case_dir: Path, expected_op: dict, expected_state: dict) -> None:
-    reader = SavepointReader(case_dir / "savepoint")
+    reader = SavepointReader(snapshot_dir(case_dir))
     op = find_operator(reader.meta, expected_op)
     table = reader.table(expected_state["name"], op.id)
     rows = [{name: canonical(value) for name, value in row.items()} for row in table.to_pylist()]
@@ -153,7 +164,7 @@ def check_state_rows(case_dir: Path, expected_op: dict, expected_state: dict) ->
 
 def check_key_groups(case_dir: Path) -> int:
     """Every decoded key lies in the key-group Flink's assignment predicts; returns keys checked."""
-    meta = load_state_meta(case_dir / "savepoint")
+    meta = load_state_meta(snapshot_dir(case_dir))
     checked = 0
     for op, state in meta.states():
         if not state.is_keyed or state.decode_status != "full":

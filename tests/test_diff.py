@@ -45,12 +45,18 @@ def _sorted_pairs(value):
 def expected_changes(case_a: str, case_b: str) -> dict[tuple[str, str], dict[str, set]]:
     """(operator id, state) -> {added, removed, changed, unchanged}: sets of (key, namespace) ids, from the
     expected contents alone. Timers have no value of their own: (key, namespace, time) is the identity."""
+    return expected_changes_between((savepoint_dir(case_a), load_expected(case_a)),
+                                    (savepoint_dir(case_b), load_expected(case_b)))
+
+
+def expected_changes_between(side_a: tuple, side_b: tuple) -> dict[tuple[str, str], dict[str, set]]:
+    """``expected_changes`` for two (snapshot directory, expected dict) sides, e.g. two phases of one job."""
     out = {}
     sides = []
-    for case in (case_a, case_b):
-        meta = load_state_meta(savepoint_dir(case))
+    for snapshot, expected in (side_a, side_b):
+        meta = load_state_meta(snapshot)
         states = {}
-        for expected_op in load_expected(case)["operators"]:
+        for expected_op in expected["operators"]:
             for state in expected_op["states"]:
                 if state["kind"] in KEYED_KINDS:
                     op = find_operator(meta, expected_op)

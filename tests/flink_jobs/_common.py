@@ -29,9 +29,22 @@ def arg_parser(description):
                    help="seconds to wait for the input to be processed")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Flink configuration (repeatable)")
-    p.add_argument("--snapshot", choices=["canonical", "native", "checkpoint"], default="canonical",
-                   help="stop with a canonical or native savepoint, or take a retained checkpoint and cancel")
+    p.add_argument("--snapshot", choices=["canonical", "native", "checkpoint", "successive"],
+                   default="canonical",
+                   help="stop with a canonical or native savepoint, or take a retained checkpoint and cancel;"
+                        " successive: see add_phase_args")
+    add_phase_args(p)
     return p
+
+
+def add_phase_args(p):
+    """--phase STAGED_DIR:CUMULATIVE_RECORDS (repeatable, in order): the successive protocol
+    (see successive()). Idempotent: job scripts may call it after arg_parser."""
+    if any("--phase" in a.option_strings for a in p._actions):
+        return
+    p.add_argument("--phase", action="append", default=[], metavar="STAGED_DIR:RECORDS",
+                   help="successive snapshots: a directory moved into --input when its phase "
+                        "starts, and the records of all phases up to it")
 
 
 def free_port():
@@ -90,6 +103,22 @@ def make_config(args, rest_port):
         # Only the checkpoint triggered through REST is taken, and it outlives the cancelled job.
         conf["execution.checkpointing.interval"] = "1h"
         conf["execution.checkpointing.externalized-checkpoint-retention"] = "RETAIN_ON_CANCELLATION"
+    if getattr(args, "snapshot", "canonical") == "successive":
+        # Only the checkpoints triggered through REST are taken (one per phase), incremental, and
+        # all of them are kept after the job is cancelled.
+        retained = str(max(len(args.phase), 1) + 1)
+        conf["execution.checkpointing.interval"] = "1h"
+        conf["execution.checkpointing.externalized-checkpoint-retention"] = "RETAIN_ON_CANCELLATION"
+        conf["execution.checkpointing.incremental"] = "true"
+        conf["execution.checkpointing.num-retained"] = retained
+        # Flink 2.x pauses the sources until a first checkpoint, which it then triggers at once
+        # (delay drawn from [min-pause, 2 min-pause]): without both settings an extra chk-1 of
+        # no or partial input precedes the phases. min-pause holds back periodic ones only.
+        conf["pipeline.sources.pause-until-first-checkpoint"] = "false"
+        conf["execution.checkpointing.min-pause"] = "1h"
+        if flink_version().startswith("1."):
+            conf["state.backend.incremental"] = "true"
+            conf["state.checkpoints.num-retained"] = retained
     for kv in args.conf:
         k, _, v = kv.partition("=")
         conf[k] = v
@@ -215,9 +244,63 @@ def retained_checkpoint(rest, job_client, work, timeout=300):
     return os.path.join(os.path.abspath(work), "checkpoints", str(job_client.get_job_id()), f"chk-{checkpoint_id}")
 
 
+def trigger_checkpoint(rest, timeout=300):
+    """Triggers a checkpoint through REST (POST /jobs/:id/checkpoints, Flink 1.19+; type
+    CONFIGURED: incremental when so configured), waits until it completes; returns its id."""
+    trigger = rest.post(f"/jobs/{rest.job_id}/checkpoints", {})["request-id"]
+    status = {}
+
+    def completed():
+        status.update(rest.get(f"/jobs/{rest.job_id}/checkpoints/{trigger}"))
+        if status.get("status", {}).get("id") != "COMPLETED":
+            return False
+        if "failure-cause" in status.get("operation", {}):
+            raise RuntimeError(f"checkpoint failed: {status['operation']['failure-cause']}")
+        return True
+    wait_until(completed, timeout, "the triggered checkpoint to complete")
+    return status["operation"]["checkpointId"]
+
+
+def trigger_savepoint(job_client, target_dir, fmt_name="CANONICAL", timeout=300):
+    """A savepoint of the running job (it keeps running), through the Java JobClient to pin
+    the format; returns the savepoint's path."""
+    from pyflink.java_gateway import get_gateway
+    jvm = get_gateway().jvm
+    fmt = getattr(jvm.org.apache.flink.core.execution.SavepointFormatType, fmt_name)
+    fut = job_client._j_job_client.triggerSavepoint(target_dir, fmt)
+    return fut.get(int(timeout), jvm.java.util.concurrent.TimeUnit.SECONDS)
+
+
+def successive(args, rest, job_client, targets):
+    """The successive protocol. For each --phase STAGED_DIR:RECORDS in order: move STAGED_DIR
+    into --input (one rename: the monitoring source sees the phase's files complete or not at
+    all), wait until the counters of `targets` reach RECORDS (the cumulative count; the values
+    given in targets are ignored), take a retained checkpoint (REST, waited for), then a
+    canonical savepoint of the running job. Cancels the job at the end and writes
+    {"job_id", "phases": [{"checkpoint", "checkpoint_id", "savepoint"}]} to args.result."""
+    work = os.path.abspath(args.work)
+    job_id = str(job_client.get_job_id())
+    phases = []
+    for spec in args.phase:
+        staged, _, records = spec.rpartition(":")
+        name = os.path.basename(staged.rstrip("/"))
+        os.rename(staged, os.path.join(args.input, name))
+        wait_for_records(rest, [(n, m, int(records)) for n, m, _ in targets], args.timeout)
+        checkpoint_id = trigger_checkpoint(rest)
+        savepoint = trigger_savepoint(job_client, "file://" + os.path.join(work, "savepoints", name))
+        phases.append({"phase": name, "checkpoint_id": checkpoint_id,
+                       "checkpoint": os.path.join(work, "checkpoints", job_id, f"chk-{checkpoint_id}"),
+                       "savepoint": savepoint[len("file:"):] if savepoint.startswith("file:") else savepoint})
+    job_client.cancel().result()
+    with open(args.result, "w") as f:
+        json.dump({"job_id": job_id, "phases": phases}, f)
+
+
 def finish(args, rest, job_client, targets):
     """Waits for `targets` (see wait_for_records), stops the job with a canonical savepoint and
     writes {"savepoint": local path, "job_id": ...} to args.result."""
+    if args.snapshot == "successive":
+        return successive(args, rest, job_client, targets)
     wait_for_records(rest, targets, args.timeout)
     if args.snapshot == "checkpoint":
         path = retained_checkpoint(rest, job_client, args.work)

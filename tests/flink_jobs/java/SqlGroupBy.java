@@ -15,6 +15,14 @@
  *
  * Uses only the Flink 1.15 API (checked with javap): JobClient.stopWithSavepoint(boolean,
  * String, SavepointFormatType), StreamExecutionEnvironment.createLocalEnvironment(Configuration).
+ *
+ * --snapshot successive --phase STAGED_DIR:RECORDS ... (the successive protocol of _common.py,
+ * adapted to 1.15, which cannot trigger a checkpoint on request): periodic incremental
+ * checkpoints every --checkpoint-interval ms (default 500), all retained on cancellation; per
+ * phase, move STAGED_DIR into --input, wait for the cumulative RECORDS, then wait (REST
+ * /jobs/:id/checkpoints) for a completed checkpoint TRIGGERED after that moment (its barriers
+ * followed every counted record), then triggerSavepoint(dir, CANONICAL) of the running job.
+ * Writes {"job_id", "phases": [{"phase", "checkpoint_id", "checkpoint", "savepoint"}]}.
  */
 
 import java.io.IOException;
@@ -52,6 +60,9 @@ public class SqlGroupBy {
         a.put("max-parallelism", "128");
         a.put("timeout", "600");
         List<String> extraConf = new ArrayList<>();
+        List<String> phases = new ArrayList<>();
+        a.put("snapshot", "canonical");
+        a.put("checkpoint-interval", "500");
         for (int i = 0; i < argv.length; i += 2) {
             if (!argv[i].startsWith("--") || i + 1 >= argv.length) {
                 throw new IllegalArgumentException("bad argument " + argv[i]);
@@ -59,6 +70,8 @@ public class SqlGroupBy {
             String k = argv[i].substring(2);
             if (k.equals("conf")) {
                 extraConf.add(argv[i + 1]);
+            } else if (k.equals("phase")) {
+                phases.add(argv[i + 1]);
             } else {
                 a.put(k, argv[i + 1]);
             }
@@ -89,6 +102,16 @@ public class SqlGroupBy {
         Path io = work.resolve("io"); // RocksDB native libs extract here
         Files.createDirectories(io);
         conf.setString("io.tmp.dirs", io.toString());
+        boolean successive = a.get("snapshot").equals("successive");
+        if (successive) {
+            // periodic incremental checkpoints (1.15 has no checkpoint trigger on request), all
+            // kept: the one chosen per phase must outlive the later ones and the cancellation
+            conf.setString("execution.checkpointing.interval", a.get("checkpoint-interval") + "ms");
+            conf.setString("execution.checkpointing.externalized-checkpoint-retention",
+                    "RETAIN_ON_CANCELLATION");
+            conf.setString("state.backend.incremental", "true");
+            conf.setString("state.checkpoints.num-retained", "10000");
+        }
         for (String kv : extraConf) {
             int eq = kv.indexOf('=');
             conf.setString(kv.substring(0, eq), kv.substring(eq + 1));
@@ -112,9 +135,14 @@ public class SqlGroupBy {
         JobClient client = result.getJobClient().orElseThrow(IllegalStateException::new);
         String jobId = client.getJobID().toString();
 
+        long timeoutMs = (long) (Double.parseDouble(a.get("timeout")) * 1000);
+        if (successive) {
+            successive(client, port, jobId, phases, Paths.get(a.get("input")), work, timeoutMs,
+                    Paths.get(a.get("result")));
+            System.exit(0);
+        }
         try {
-            waitForRecords(port, jobId, "GroupAggregate", records,
-                    (long) (Double.parseDouble(a.get("timeout")) * 1000));
+            waitForRecords(port, jobId, "GroupAggregate", records, timeoutMs);
         } catch (Exception e) {
             // Without a log configuration the task failure is not printed: attach it.
             try {
@@ -138,6 +166,63 @@ public class SqlGroupBy {
         Files.write(Paths.get(a.get("result")), JSON.writeValueAsBytes(out));
         // The local environment's MiniCluster threads are not all daemons.
         System.exit(0);
+    }
+
+    static void successive(JobClient client, int port, String jobId, List<String> phases,
+            Path input, Path work, long timeoutMs, Path result) throws Exception {
+        List<Map<String, Object>> done = new ArrayList<>();
+        for (String spec : phases) {
+            int colon = spec.lastIndexOf(':');
+            Path staged = Paths.get(spec.substring(0, colon));
+            long records = Long.parseLong(spec.substring(colon + 1));
+            String name = staged.getFileName().toString();
+            // one rename: the monitoring source sees the phase's files complete or not at all
+            Files.move(staged, input.resolve(name));
+            waitForRecords(port, jobId, "GroupAggregate", records, timeoutMs);
+            long reachedAt = System.currentTimeMillis();
+            JsonNode chk = waitForCheckpointAfter(port, jobId, reachedAt, timeoutMs);
+            String savepoint = client.triggerSavepoint(
+                            work.resolve("savepoints").resolve(name).toUri().toString(),
+                            SavepointFormatType.CANONICAL)
+                    .get(300, TimeUnit.SECONDS);
+            Map<String, Object> ph = new LinkedHashMap<>();
+            ph.put("phase", name);
+            ph.put("checkpoint_id", chk.get("id").asLong());
+            ph.put("checkpoint", localPath(chk.get("external_path").asText()));
+            ph.put("savepoint", localPath(savepoint));
+            done.add(ph);
+        }
+        client.cancel().get(300, TimeUnit.SECONDS);
+        Map<String, Object> out = new LinkedHashMap<>();
+        out.put("job_id", jobId);
+        out.put("phases", done);
+        Files.write(result, JSON.writeValueAsBytes(out));
+    }
+
+    static String localPath(String path) {
+        return path.startsWith("file:") ? Paths.get(java.net.URI.create(path)).toString() : path;
+    }
+
+    /** Polls /jobs/:id/checkpoints until the latest completed checkpoint was triggered after
+     * `after` (epoch ms, the same clock as the JobManager's: one local JVM); returns it. */
+    static JsonNode waitForCheckpointAfter(int port, String jobId, long after, long timeoutMs)
+            throws Exception {
+        long deadline = System.currentTimeMillis() + timeoutMs;
+        String last = "nothing yet";
+        while (System.currentTimeMillis() < deadline) {
+            JsonNode latest = get(port, "/jobs/" + jobId + "/checkpoints").path("latest")
+                    .path("completed");
+            if (!latest.isMissingNode() && !latest.isNull()) {
+                last = latest.toString();
+                if (latest.get("trigger_timestamp").asLong() > after
+                        && !latest.path("is_savepoint").asBoolean(false)) {
+                    return latest;
+                }
+            }
+            Thread.sleep(200);
+        }
+        throw new IllegalStateException("timed out waiting for a checkpoint triggered after "
+                + after + "; last completed: " + last);
     }
 
     static int freePort() throws IOException {

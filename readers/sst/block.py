@@ -1,0 +1,387 @@
+"""Reading one SST block (trailer, checksum, decompression) and decoding its entries.
+
+A block is: entries, a restart array of fixed32 offsets, and a fixed32 restart count (whose top bit
+marks a data-block hash index placed between the two). Each entry is varint32 shared key bytes,
+varint32 non-shared key bytes, varint32 value length (absent in delta-encoded index blocks), the
+non-shared key bytes and the value. Keys are rebuilt from the previous key's prefix, so decoding is
+a sequential walk: it runs compiled (numba), checking every length and offset against the block
+before use and returning error codes, not raising (see readers/fastscan.py for the same style).
+"""
+
+from __future__ import annotations
+
+import bz2
+import struct
+import zlib
+from dataclasses import dataclass
+
+import cramjam
+import numba
+import numpy as np
+
+from statecat.readers.sst.format import (
+    BLOCK_TRAILER_SIZE,
+    BZIP2,
+    CHECKSUM_NAMES,
+    COMPRESSION_NAMES,
+    LZ4,
+    LZ4HC,
+    NO_CHECKSUM,
+    NO_COMPRESSION,
+    SNAPPY,
+    ZLIB,
+    ZSTD,
+    ZSTD_NOT_FINAL,
+    BlockHandle,
+    VarintError,
+    block_checksum,
+    context_modifier,
+    read_varint,
+)
+from statecat.statemeta.errors import FormatError, UnsupportedError
+
+# How values are laid out in a block (the walk's ``value_mode``).
+VALUES_LENGTH_PREFIXED = 0  # data, metaindex, properties, range-deletion and format_version < 4 index blocks
+VALUES_DELTA_HANDLES = 1  # index blocks with index_value_is_delta_encoded: handle or size delta, no length
+
+# Error codes of the compiled walk.
+BLOCK_OK, BLOCK_BAD_VARINT, BLOCK_OVERRUN, BLOCK_BAD_SHARED, BLOCK_BAD_RESTART, BLOCK_SHORT_KEY = 0, 1, 2, 3, 4, 5
+BLOCK_BAD_HANDLE = 6
+BLOCK_ERRORS = {
+    BLOCK_BAD_VARINT: "expected a varint within the block, got one running past the entries or too long",
+    BLOCK_OVERRUN: "expected the entry's key and value within the block's entries, got lengths running past them",
+    BLOCK_BAD_SHARED: "expected a shared key prefix no longer than the previous key (and none at a restart "
+                      "point), got a longer one",
+    BLOCK_BAD_RESTART: "expected the restart array to list the offsets of entries in ascending order, got an "
+                       "offset that is not an entry's start",
+    BLOCK_SHORT_KEY: "expected an internal key of at least 8 bytes (user key + sequence/type), got a shorter one",
+    BLOCK_BAD_HANDLE: "expected a block handle (varint64 offset and size) as the index value, got a malformed one",
+}
+# A block holds at least one whole value, and Flink's values are Java byte arrays: below 2 GiB.
+MAX_BLOCK_SIZE = (1 << 31) - 1
+MAX_HASH_INDEX_BLOCK = 1 << 16  # larger blocks never carry a data-block hash index
+HINT_DAMAGED = "The SST file is damaged; copy it again from the snapshot"
+
+
+@numba.njit(cache=True, nogil=True)
+def _varint(buf, pos, limit, max_bytes):  # pragma: no cover - compiled
+    """(value, next position), or (0, -1) when the varint runs past ``limit`` or ``max_bytes``."""
+    result = np.uint64(0)
+    shift = 0
+    start = pos
+    while pos < limit and pos - start < max_bytes:
+        b = buf[pos]
+        pos += 1
+        result |= np.uint64(b & 0x7F) << np.uint64(shift)
+        if b < 0x80:
+            if max_bytes == 5 and result > np.uint64(0xFFFFFFFF):
+                return np.uint64(0), -1
+            return result, pos
+        shift += 7
+    return np.uint64(0), -1
+
+
+@numba.njit(cache=True, nogil=True)
+def walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_trailer, fill,
+               keys, key_start, key_len, seq, vtype, value_start, value_len,
+               handle_offset, handle_size, scratch):  # pragma: no cover - compiled
+    """Walks the entries of one uncompressed block; returns (entries, key bytes, error, error position).
+
+    With ``fill`` false it only counts entries and total key bytes (the output arrays may be
+    empty); with ``fill`` true the arrays must hold that many. ``key_trailer``: keys are internal
+    keys whose last 8 bytes (seq << 8 | type) go to ``seq``/``vtype``, the rest to ``keys``.
+    ``scratch`` (at least ``restarts_at`` bytes) holds the previous full key: a key is at most
+    the sum of non-shared bytes so far, so it always fits."""
+    n = 0
+    total = 0
+    pos = 0
+    prev_len = 0
+    next_restart = 0
+    prev_offset = np.int64(0)
+    prev_size = np.int64(0)
+    while pos < restarts_at:
+        is_restart = False
+        if next_restart < num_restarts:
+            r = restarts_at + 4 * next_restart
+            restart = (np.int64(buf[r]) | (np.int64(buf[r + 1]) << 8) | (np.int64(buf[r + 2]) << 16)
+                       | (np.int64(buf[r + 3]) << 24))
+            if restart == pos:
+                is_restart = True
+                next_restart += 1
+            elif restart < pos:
+                return n, total, BLOCK_BAD_RESTART, r
+        if n == 0 and not is_restart:
+            return n, total, BLOCK_BAD_RESTART, restarts_at
+        entry_at = pos
+        shared, pos = _varint(buf, pos, restarts_at, 5)
+        if pos < 0:
+            return n, total, BLOCK_BAD_VARINT, entry_at
+        non_shared, pos = _varint(buf, pos, restarts_at, 5)
+        if pos < 0:
+            return n, total, BLOCK_BAD_VARINT, entry_at
+        vlen = np.int64(0)
+        if value_mode == 0:
+            v, pos = _varint(buf, pos, restarts_at, 5)
+            if pos < 0:
+                return n, total, BLOCK_BAD_VARINT, entry_at
+            vlen = np.int64(v)
+        sh = np.int64(shared)
+        ns = np.int64(non_shared)
+        if sh > prev_len or (is_restart and sh != 0):
+            return n, total, BLOCK_BAD_SHARED, entry_at
+        if pos + ns > restarts_at:
+            return n, total, BLOCK_OVERRUN, entry_at
+        klen = sh + ns
+        for j in range(ns):
+            scratch[sh + j] = buf[pos + j]
+        pos += ns
+        prev_len = klen
+        ukey_len = klen
+        if key_trailer:
+            if klen < 8:
+                return n, total, BLOCK_SHORT_KEY, entry_at
+            ukey_len = klen - 8
+        vat = pos
+        h_off = np.int64(0)
+        h_size = np.int64(0)
+        if value_mode == 0:
+            if pos + vlen > restarts_at:
+                return n, total, BLOCK_OVERRUN, entry_at
+            pos += vlen
+        else:
+            # RocksDB delta-encodes a handle only when the key shares bytes with the previous one.
+            if sh == 0:
+                o, pos = _varint(buf, pos, restarts_at, 10)
+                if pos < 0:
+                    return n, total, BLOCK_BAD_HANDLE, entry_at
+                s, pos = _varint(buf, pos, restarts_at, 10)
+                if pos < 0 or o >= np.uint64(1 << 62) or s >= np.uint64(1 << 62):
+                    return n, total, BLOCK_BAD_HANDLE, entry_at
+                h_off = np.int64(o)
+                h_size = np.int64(s)
+            else:
+                z, pos = _varint(buf, pos, restarts_at, 10)
+                if pos < 0:
+                    return n, total, BLOCK_BAD_HANDLE, entry_at
+                delta = np.int64(z >> np.uint64(1))
+                if z & np.uint64(1):
+                    delta = -delta - 1
+                h_off = prev_offset + prev_size + 5
+                h_size = prev_size + delta
+                if h_size < 0 or h_size >= (1 << 62) or h_off >= (1 << 62):
+                    return n, total, BLOCK_BAD_HANDLE, entry_at
+            prev_offset = h_off
+            prev_size = h_size
+            if have_first_key:
+                flen, pos = _varint(buf, pos, restarts_at, 5)
+                if pos < 0:
+                    return n, total, BLOCK_BAD_HANDLE, entry_at
+                if pos + np.int64(flen) > restarts_at:
+                    return n, total, BLOCK_OVERRUN, entry_at
+                pos += np.int64(flen)
+            vlen = pos - vat
+        if fill:
+            key_start[n] = total
+            key_len[n] = ukey_len
+            for j in range(ukey_len):
+                keys[total + j] = scratch[j]
+            if key_trailer:
+                t = np.uint64(0)
+                for j in range(8):
+                    t |= np.uint64(scratch[ukey_len + j]) << np.uint64(8 * j)
+                seq[n] = t >> np.uint64(8)
+                vtype[n] = np.uint8(t & np.uint64(0xFF))
+            value_start[n] = vat
+            value_len[n] = vlen
+            if value_mode != 0:
+                handle_offset[n] = h_off
+                handle_size[n] = h_size
+        total += ukey_len
+        n += 1
+    if n > 0 and next_restart != num_restarts:
+        return n, total, BLOCK_BAD_RESTART, restarts_at + 4 * next_restart
+    return n, total, BLOCK_OK, pos
+
+
+@dataclass
+class DecodedBlock:
+    """The entries of one block as numpy arrays: full user keys back to back in ``keys``
+    (``key_start``/``key_len``), the internal key's ``seq``/``vtype`` (data blocks), each value's
+    place in ``data`` (the uncompressed block), and for index blocks the decoded block handles."""
+
+    offset: int  # of the block in its file
+    data: np.ndarray
+    keys: np.ndarray
+    key_start: np.ndarray
+    key_len: np.ndarray
+    seq: np.ndarray
+    vtype: np.ndarray
+    value_start: np.ndarray
+    value_len: np.ndarray
+    handle_offset: np.ndarray | None = None
+    handle_size: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return int(self.key_start.shape[0])
+
+    def key_list(self) -> list[bytes]:
+        raw = self.keys.tobytes()
+        return [raw[s:s + n] for s, n in zip(self.key_start.tolist(), self.key_len.tolist())]
+
+    def value_list(self) -> list[bytes]:
+        raw = self.data.tobytes()
+        return [raw[s:s + n] for s, n in zip(self.value_start.tolist(), self.value_len.tolist())]
+
+
+def restart_layout(data, display: str, offset: int) -> tuple[int, int]:
+    """(offset of the restart array, restart count) of an uncompressed block."""
+    size = len(data)
+    if size < 4:
+        raise FormatError(f"expected a block of at least 4 bytes (its restart count), got {size}",
+                          file=display, offset=offset, hint=HINT_DAMAGED)
+    (footer,) = struct.unpack_from("<I", data, size - 4)
+    end = size - 4
+    num_restarts = footer
+    if size <= MAX_HASH_INDEX_BLOCK and footer & 0x80000000:
+        # Data-block hash index: buckets (1 byte each) and their count (fixed16) before the count.
+        num_restarts = footer & 0x7FFFFFFF
+        if end < 2:
+            raise FormatError("expected a data-block hash index footer, got a block too small for it",
+                              file=display, offset=offset, hint=HINT_DAMAGED)
+        (buckets,) = struct.unpack_from("<H", data, end - 2)
+        end = end - 2 - buckets
+    restarts_at = end - 4 * num_restarts
+    if restarts_at < 0 or num_restarts > (1 << 30):
+        raise FormatError(
+            f"bad restart array: expected at most {max(end, 0) // 4} restart points in a block of {size} bytes, "
+            f"got a count of {num_restarts}", file=display, offset=offset, hint=HINT_DAMAGED)
+    return restarts_at, num_restarts
+
+
+def decode_block(data: bytes, display: str, offset: int, *, key_trailer: bool,
+                 value_mode: int = VALUES_LENGTH_PREFIXED, have_first_key: bool = False,
+                 what: str = "data block") -> DecodedBlock:
+    """All entries of an uncompressed block (``offset``: where the block is in the file)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    restarts_at, num_restarts = restart_layout(data, display, offset)
+    scratch = np.empty(max(restarts_at, 1), dtype=np.uint8)
+    e64 = np.empty(0, dtype=np.int64)
+    e8 = np.empty(0, dtype=np.uint8)
+    eu64 = np.empty(0, dtype=np.uint64)
+    n, total, err, at = walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_trailer,
+                                   False, e8, e64, e64, eu64, e8, e64, e64, e64, e64, scratch)
+    if err != BLOCK_OK:
+        raise FormatError(f"{what} entry {n}: {BLOCK_ERRORS[err]}", file=display, offset=offset + at,
+                          hint=f"{HINT_DAMAGED} (the {what} starts at byte offset {offset})")
+    keys = np.empty(total, dtype=np.uint8)
+    key_start = np.empty(n, dtype=np.int64)
+    key_len = np.empty(n, dtype=np.int64)
+    seq = np.zeros(n if key_trailer else 0, dtype=np.uint64)
+    vtype = np.zeros(n if key_trailer else 0, dtype=np.uint8)
+    value_start = np.empty(n, dtype=np.int64)
+    value_len = np.empty(n, dtype=np.int64)
+    handles = value_mode != VALUES_LENGTH_PREFIXED
+    handle_offset = np.empty(n if handles else 0, dtype=np.int64)
+    handle_size = np.empty(n if handles else 0, dtype=np.int64)
+    walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_trailer, True,
+               keys, key_start, key_len, seq, vtype, value_start, value_len, handle_offset, handle_size, scratch)
+    return DecodedBlock(offset, buf, keys, key_start, key_len, seq, vtype, value_start, value_len,
+                        handle_offset if handles else None, handle_size if handles else None)
+
+
+def decode_index_values(block: DecodedBlock, display: str, have_first_key: bool) -> None:
+    """Fills ``handle_offset``/``handle_size`` of an index block whose values are full,
+    length-prefixed handles (index_value_is_delta_encoded off)."""
+    raw = block.data.tobytes()
+    n = len(block)
+    offsets = np.empty(n, dtype=np.int64)
+    sizes = np.empty(n, dtype=np.int64)
+    for i, (start, length) in enumerate(zip(block.value_start.tolist(), block.value_len.tolist())):
+        try:
+            off, pos = read_varint(raw, start, start + length)
+            size, pos = read_varint(raw, pos, start + length)
+            if have_first_key:
+                first_len, pos = read_varint(raw, pos, start + length, 5)
+                if pos + first_len > start + length:
+                    raise VarintError(pos)
+        except VarintError:
+            raise FormatError(f"index entry {i}: {BLOCK_ERRORS[BLOCK_BAD_HANDLE]}", file=display,
+                              offset=block.offset + start, hint=HINT_DAMAGED) from None
+        offsets[i] = off
+        sizes[i] = size
+    block.handle_offset = offsets
+    block.handle_size = sizes
+
+
+def read_block_bytes(source, handle: BlockHandle, *, file_size: int, display: str, checksum_type: int,
+                     base_context_checksum: int, verify: bool, what: str) -> tuple[bytes, int]:
+    """(uncompressed contents, bytes read) of the block at ``handle``: its trailer's checksum
+    checked (when ``verify``), then decompressed by the trailer's compression type."""
+    end = handle.offset + handle.size + BLOCK_TRAILER_SIZE
+    if end > file_size:
+        raise FormatError(
+            f"{what} handle points past the end of the file: expected offset + size + {BLOCK_TRAILER_SIZE} "
+            f"<= {file_size}, got {handle.offset} + {handle.size} + {BLOCK_TRAILER_SIZE} = {end}",
+            file=display, offset=handle.offset,
+            hint="The file is truncated or its index is damaged; copy it again from the snapshot")
+    source.seek(handle.offset)
+    raw = source.read(handle.size + BLOCK_TRAILER_SIZE)
+    if len(raw) != handle.size + BLOCK_TRAILER_SIZE:
+        raise FormatError(f"expected {handle.size + BLOCK_TRAILER_SIZE} bytes of {what}, got {len(raw)}",
+                          file=display, offset=handle.offset, hint="The file is truncated; copy it again")
+    view = memoryview(raw)
+    payload = view[:handle.size]
+    compression = raw[handle.size]
+    if verify and checksum_type != NO_CHECKSUM:
+        (stored,) = struct.unpack_from("<I", raw, handle.size + 1)
+        computed = (block_checksum(checksum_type, payload, compression)
+                    + context_modifier(base_context_checksum, handle.offset)) & 0xFFFFFFFF
+        if computed != stored:
+            raise FormatError(
+                f"{what} checksum mismatch: expected 0x{stored:08x} ({CHECKSUM_NAMES[checksum_type]}) got "
+                f"0x{computed:08x} at block offset {handle.offset}", file=display, offset=handle.offset,
+                hint=HINT_DAMAGED)
+    return decompress(payload, compression, display=display, offset=handle.offset, what=what), len(raw)
+
+
+def decompress(payload, compression: int, *, display: str, offset: int, what: str) -> bytes:
+    """The block contents of ``payload`` stored with ``compression`` (format_version >= 2 framing:
+    a varint32 uncompressed size before every kind but Snappy)."""
+    if compression == NO_COMPRESSION:
+        return bytes(payload)
+    if compression not in COMPRESSION_NAMES:
+        raise FormatError(
+            f"unknown compression type {compression} in the {what} trailer: expected one of "
+            f"{', '.join(f'{k} ({v})' for k, v in COMPRESSION_NAMES.items())}", file=display,
+            offset=offset, hint=HINT_DAMAGED)
+    name = COMPRESSION_NAMES[compression]
+    try:
+        if compression == SNAPPY:
+            return bytes(cramjam.snappy.decompress_raw(payload))
+        if compression not in (ZLIB, BZIP2, LZ4, LZ4HC, ZSTD, ZSTD_NOT_FINAL):
+            raise UnsupportedError(f"{what} compressed with {name}, which statecat does not decompress",
+                                   file=display, offset=offset,
+                                   hint="Flink's RocksDB options use Snappy, LZ4, ZSTD or Zlib")
+        size, start = read_varint(payload, 0, len(payload), 5)
+        if size > MAX_BLOCK_SIZE:
+            raise ValueError(f"an uncompressed size of {size} bytes, above {MAX_BLOCK_SIZE}")
+        body = payload[start:]
+        # cramjam pads its output to an ``output_len``; these forms return the real length.
+        if compression in (LZ4, LZ4HC):
+            out = bytes(cramjam.lz4.decompress_block(struct.pack("<I", size) + bytes(body)))
+        elif compression in (ZSTD, ZSTD_NOT_FINAL):
+            out = bytes(cramjam.zstd.decompress(body))
+        elif compression == ZLIB:
+            try:  # RocksDB's default window_bits is negative: a raw deflate stream
+                out = zlib.decompress(body, -15)
+            except zlib.error:
+                out = zlib.decompress(body, 47)
+        else:
+            out = bz2.decompress(body)
+    except (VarintError, ValueError, OSError, zlib.error, cramjam.DecompressionError) as e:
+        raise FormatError(f"corrupt {name}-compressed {what}: {e}", file=display, offset=offset,
+                          hint=HINT_DAMAGED) from None
+    if len(out) != size:
+        raise FormatError(f"corrupt {name}-compressed {what}: expected {size} bytes uncompressed, got {len(out)}",
+                          file=display, offset=offset, hint=HINT_DAMAGED)
+    return out

@@ -1,0 +1,287 @@
+"""One RocksDB block-based SST file, read lazily: footer, metaindex, properties and index on
+demand, then only the data blocks a key range needs."""
+
+from __future__ import annotations
+
+import bisect
+import struct
+from collections.abc import Iterator
+
+import numpy as np
+
+from statecat.readers.sst.block import (
+    HINT_DAMAGED,
+    VALUES_DELTA_HANDLES,
+    VALUES_LENGTH_PREFIXED,
+    DecodedBlock,
+    decode_block,
+    decode_index_values,
+    read_block_bytes,
+)
+from statecat.readers.sst.format import (
+    BLOCK_TRAILER_SIZE,
+    BYTES_PROPERTIES,
+    BYTEWISE_COMPARATOR,
+    CHECKSUM_NAMES,
+    COMPRESSION_DICT_BLOCK,
+    FIXED32_PROPERTIES,
+    FIXED64_PROPERTIES,
+    FOOTER_LENGTH,
+    INDEX_BINARY_SEARCH,
+    INDEX_BINARY_SEARCH_WITH_FIRST_KEY,
+    INDEX_BLOCK,
+    INDEX_TWO_LEVEL,
+    INDEX_TYPE_NAMES,
+    PROPERTIES_BLOCK,
+    PROPERTIES_BLOCK_OLD,
+    RANGE_DEL_BLOCK,
+    TYPE_RANGE_DELETION,
+    UINT64_PROPERTIES,
+    BlockHandle,
+    VarintError,
+    decode_block_handle,
+    parse_footer,
+    read_varint,
+)
+from statecat.statemeta.errors import FormatError, UnsupportedError
+
+
+class SstFile:
+    """A block-based SST file over a seekable binary ``source`` of ``size`` bytes; ``display``
+    names it in errors. Reads the footer, metaindex and properties on construction.
+
+    ``largest_seqno`` (the file's largest sequence number in the DB's MANIFEST) is only needed for
+    files made by SstFileWriter and ingested: their keys are stored with sequence number 0 and
+    RocksDB gives them all that one (``global_seqno``)."""
+
+    def __init__(self, source, display: str, size: int, *, verify_checksums: bool = True,
+                 largest_seqno: int | None = None) -> None:
+        self.source = source
+        self.display = display
+        self.size = size
+        self.verify_checksums = verify_checksums
+        self.bytes_read = 0
+        tail_len = min(size, FOOTER_LENGTH)
+        source.seek(size - tail_len)
+        tail = source.read(tail_len)
+        self.bytes_read += len(tail)
+        if len(tail) != tail_len:
+            raise FormatError(f"expected {tail_len} bytes of footer, got {len(tail)}", file=display,
+                              offset=size - tail_len, hint="The file is shorter than its stated size; copy it again")
+        self.footer = parse_footer(tail, size, display)
+        self.format_version = self.footer.format_version
+        self.checksum_type = CHECKSUM_NAMES[self.footer.checksum_type]
+        self.metaindex = self._metaindex()
+        self.properties = self._properties()
+        self.column_family = self.properties.get("rocksdb.column.family.name")
+        self.compression = self.properties.get("rocksdb.compression")
+        comparator = self.properties.get("rocksdb.comparator", BYTEWISE_COMPARATOR)
+        if comparator != BYTEWISE_COMPARATOR:
+            raise UnsupportedError(
+                f"SST file ordered by comparator {comparator!r}; statecat reads files ordered by "
+                f"{BYTEWISE_COMPARATOR} (Flink's choice) only", file=display,
+                hint="User-defined timestamps and custom comparators are not read")
+        if COMPRESSION_DICT_BLOCK in self.metaindex:
+            raise UnsupportedError("SST file compressed with a dictionary (rocksdb.compression_dict); statecat "
+                                   "does not read dictionary compression", file=display,
+                                   offset=self.metaindex[COMPRESSION_DICT_BLOCK].offset,
+                                   hint="Turn off max_dict_bytes in the column family's compression options")
+        self.index_type = self.properties.get("rocksdb.block.based.table.index.type", INDEX_BINARY_SEARCH)
+        self.index_type_name = INDEX_TYPE_NAMES.get(self.index_type, str(self.index_type))
+        if self.index_type not in INDEX_TYPE_NAMES:
+            raise UnsupportedError(f"SST index type {self.index_type} is unknown; statecat reads "
+                                   f"{', '.join(INDEX_TYPE_NAMES.values())}", file=display)
+        self._index_keys_internal = not self.properties.get("rocksdb.index.key.is.user.key", 0)
+        self._index_delta = bool(self.properties.get("rocksdb.index.value.is.delta.encoded", 0))
+        self._first_key = self.index_type == INDEX_BINARY_SEARCH_WITH_FIRST_KEY
+        if self.footer.index is not None:
+            self._index_handle = self.footer.index
+        elif INDEX_BLOCK in self.metaindex:
+            self._index_handle = self.metaindex[INDEX_BLOCK]
+        else:
+            raise FormatError(f"expected a {INDEX_BLOCK.decode()} entry in the metaindex of a format_version "
+                              f"{self.format_version} file, got none", file=display,
+                              offset=self.footer.metaindex.offset, hint=HINT_DAMAGED)
+        self._top_index = None
+        # Ingested external files (version >= 2): one sequence number for every key.
+        self.global_seqno = None
+        self.global_seqno_unknown = False
+        if self.properties.get("rocksdb.external_sst_file.version", 0) >= 2:
+            self.global_seqno = self.properties.get("rocksdb.external_sst_file.global_seqno", 0) or largest_seqno
+            self.global_seqno_unknown = not self.global_seqno
+
+    # ------------------------------------------------------------------ blocks
+    def read_block(self, handle: BlockHandle, what: str) -> bytes:
+        """The uncompressed contents of the block at ``handle`` (checksum verified if asked)."""
+        end = handle.offset + handle.size + BLOCK_TRAILER_SIZE
+        if self.footer.offset < end <= self.size:
+            raise FormatError(
+                f"{what} handle overlaps the footer: expected offset + size + {BLOCK_TRAILER_SIZE} <= "
+                f"{self.footer.offset}, got {handle.offset} + {handle.size} + {BLOCK_TRAILER_SIZE} = {end}",
+                file=self.display, offset=handle.offset,
+                hint="The file is truncated or its index is damaged; copy it again from the snapshot")
+        data, n = read_block_bytes(
+            self.source, handle, file_size=self.size, display=self.display,
+            checksum_type=self.footer.checksum_type, base_context_checksum=self.footer.base_context_checksum,
+            verify=self.verify_checksums, what=what)
+        self.bytes_read += n
+        return data
+
+    def _metaindex(self) -> dict[bytes, BlockHandle]:
+        handle = self.footer.metaindex
+        block = decode_block(self.read_block(handle, "metaindex block"), self.display, handle.offset,
+                             key_trailer=False, what="metaindex block")
+        out = {}
+        raw = block.data.tobytes()
+        for key, start, length in zip(block.key_list(), block.value_start.tolist(), block.value_len.tolist()):
+            try:
+                out[key], _ = decode_block_handle(raw, start, start + length)
+            except VarintError:
+                raise FormatError(f"expected a block handle for meta block {key!r}, got a bad varint",
+                                  file=self.display, offset=handle.offset + start, hint=HINT_DAMAGED) from None
+        return out
+
+    def _properties(self) -> dict[str, int | str | bytes]:
+        handle = self.metaindex.get(PROPERTIES_BLOCK) or self.metaindex.get(PROPERTIES_BLOCK_OLD)
+        if handle is None:
+            return {}
+        block = decode_block(self.read_block(handle, "properties block"), self.display, handle.offset,
+                             key_trailer=False, what="properties block")
+        props: dict[str, int | str | bytes] = {}
+        for key, value in zip(block.key_list(), block.value_list()):
+            name = key.decode("utf-8", "replace")
+            if name in UINT64_PROPERTIES:
+                try:
+                    props[name], _ = read_varint(value, 0, len(value))
+                except VarintError:
+                    props[name] = value  # RocksDB skips a malformed value too
+            elif name in FIXED32_PROPERTIES and len(value) == 4:
+                (props[name],) = struct.unpack("<I", value)
+            elif name in FIXED64_PROPERTIES and len(value) == 8:
+                (props[name],) = struct.unpack("<Q", value)
+            elif name in BYTES_PROPERTIES:
+                props[name] = value
+            else:
+                try:
+                    props[name] = value.decode("utf-8")
+                except UnicodeDecodeError:
+                    props[name] = value
+        return props
+
+    def _decode_index(self, handle: BlockHandle, what: str) -> DecodedBlock:
+        data = self.read_block(handle, what)
+        mode = VALUES_DELTA_HANDLES if self._index_delta else VALUES_LENGTH_PREFIXED
+        block = decode_block(data, self.display, handle.offset, key_trailer=self._index_keys_internal,
+                             value_mode=mode, have_first_key=self._first_key, what=what)
+        if not self._index_delta:
+            decode_index_values(block, self.display, self._first_key)
+        return block
+
+    def _index_entries(self, block: DecodedBlock, lower, upper) -> list[BlockHandle]:
+        """The handles of ``block``'s entries whose key range can meet [lower, upper).
+
+        Entry j's separator is >= every key of its block and <= every key of the next, compared
+        as internal keys; by user key, block j holds keys in [separator j-1, separator j]."""
+        seps = block.key_list()
+        offsets = block.handle_offset.tolist()
+        sizes = block.handle_size.tolist()
+        first = bisect.bisect_left(seps, lower) if lower is not None else 0
+        out = []
+        for j in range(first, len(seps)):
+            if upper is not None and j > 0 and seps[j - 1] >= upper:
+                break
+            out.append(BlockHandle(offsets[j], sizes[j]))
+        return out
+
+    def data_block_handles(self, lower: bytes | None = None, upper: bytes | None = None) -> list[BlockHandle]:
+        """Handles of the data blocks that can hold user keys in [lower, upper), in key order."""
+        if self._top_index is None:
+            what = "top-level index block" if self.index_type == INDEX_TWO_LEVEL else "index block"
+            self._top_index = self._decode_index(self._index_handle, what)
+        handles = self._index_entries(self._top_index, lower, upper)
+        if self.index_type != INDEX_TWO_LEVEL:
+            return handles
+        out = []
+        for partition in handles:
+            out.extend(self._index_entries(self._decode_index(partition, "index partition"), lower, upper))
+        return out
+
+    def data_blocks(self, lower: bytes | None = None, upper: bytes | None = None) -> Iterator[DecodedBlock]:
+        """The decoded data blocks whose key range can meet [lower, upper), in key order."""
+        for handle in self.data_block_handles(lower, upper):
+            yield self._decode_data(handle)
+
+    def entries(self, lower: bytes | None = None, upper: bytes | None = None
+                ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """(user key, seq, value type, value) of every entry with a user key in [lower, upper),
+        in internal-key order (user key ascending, then newest first)."""
+        for block in self.data_blocks(lower, upper):
+            yield from block_entries(block, lower, upper)
+
+    def rows(self, lower: bytes | None = None, upper: bytes | None = None
+             ) -> Iterator[tuple[bytes, int, int, bytes]]:
+        """Like ``entries`` with the seq negated: tuples whose natural order is internal-key order
+        (what a k-way merge of several files compares)."""
+        for block in self.data_blocks(lower, upper):
+            yield from block_entries(block, lower, upper, negate_seq=True)
+
+    def range_tombstones(self) -> list[tuple[bytes, bytes, int]]:
+        """(start user key, end user key (exclusive), seq) of the file's range deletions."""
+        handle = self.metaindex.get(RANGE_DEL_BLOCK)
+        if handle is None:
+            return []
+        block = decode_block(self.read_block(handle, "range deletion block"), self.display, handle.offset,
+                             key_trailer=True, what="range deletion block")
+        out = []
+        for i, (start, end) in enumerate(zip(block.key_list(), block.value_list())):
+            if int(block.vtype[i]) != TYPE_RANGE_DELETION:
+                raise FormatError(f"expected range deletion entries (type {TYPE_RANGE_DELETION}) in the range "
+                                  f"deletion block, got type {int(block.vtype[i])} at entry {i}",
+                                  file=self.display, offset=handle.offset, hint=HINT_DAMAGED)
+            out.append((start, end, self.global_seqno or int(block.seq[i])))
+        return out
+
+    def key_range(self) -> tuple[bytes, bytes] | None:
+        """(smallest, largest) user key of the point entries, or None when there are none; reads
+        the first and last data blocks."""
+        handles = self.data_block_handles()
+        if not handles:
+            return None
+        first = self._decode_data(handles[0])
+        last = first if len(handles) == 1 else self._decode_data(handles[-1])
+        if not len(first) or not len(last):
+            return None
+        return first.key_list()[0], last.key_list()[-1]
+
+    def _decode_data(self, handle: BlockHandle) -> DecodedBlock:
+        block = decode_block(self.read_block(handle, "data block"), self.display, handle.offset,
+                             key_trailer=True, what="data block")
+        if self.global_seqno:
+            block.seq[:] = self.global_seqno
+        return block
+
+    def __repr__(self) -> str:
+        return (f"SstFile({self.display!r}, column_family={self.column_family!r}, format_version="
+                f"{self.format_version}, checksum={self.checksum_type}, compression={self.compression!r}, "
+                f"index={self.index_type_name})")
+
+
+def block_entries(block: DecodedBlock, lower: bytes | None, upper: bytes | None, *, negate_seq: bool = False
+                  ) -> list[tuple[bytes, int, int, bytes]]:
+    """The (user key, seq, type, value) tuples of a data block restricted to [lower, upper);
+    with ``negate_seq`` the seq is negated, so that plain tuple order is internal-key order."""
+    keys, start, stop = block_slice(block, lower, upper)
+    seqs = (-block.seq.astype(np.int64)).tolist() if negate_seq else block.seq.tolist()
+    rows = list(zip(keys, seqs, block.vtype.tolist(), block.value_list()))
+    return rows if (start, stop) == (0, len(rows)) else rows[start:stop]
+
+
+def block_slice(block: DecodedBlock, lower: bytes | None, upper: bytes | None) -> tuple[list[bytes], int, int]:
+    """(all user keys of the block, first and end index of those in [lower, upper))."""
+    keys = block.key_list()
+    start, stop = 0, len(keys)
+    if lower is not None and keys and keys[0] < lower:
+        start = bisect.bisect_left(keys, lower)
+    if upper is not None and keys and keys[-1] >= upper:
+        stop = bisect.bisect_left(keys, upper)
+    return keys, start, max(start, stop)

@@ -1,0 +1,133 @@
+"""Native RocksDB state (NATIVE savepoints, retained RocksDB checkpoints) read through the same
+readers as canonical savepoints: the handles, the states they hold, key-group pruning, and the
+errors a damaged or vanished file gives. Content checks against the jobs' input are in
+tests/test_fixtures_acceptance.py (every case) and tests/test_successive_checkpoints.py."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from statecat.readers import SavepointReader
+from statecat.readers.keygroups import key_group_for
+from statecat.readers.scan import scanner_for
+from statecat.statemeta.errors import FormatError, StatecatError
+from statecat.statemeta.metadata import InlineStream, NativeRocksDBHandle, read_metadata
+from statecat.statemeta.model import NATIVE_ROCKSDB_LAYOUT, load_state_meta
+from statecat.statemeta.storage import open_storage
+from tests.fixtures.expected import iter_states, load_expected, savepoint_dir
+
+NATIVE_CASE = "sql_groupby_native_rocksdb_2.3"
+
+
+def _native_handles(path) -> list[NativeRocksDBHandle]:
+    metadata = read_metadata(open_storage(str(path)))
+    return [s.managed_keyed for op in metadata.operators for s in op.subtasks
+            if isinstance(s.managed_keyed, NativeRocksDBHandle)]
+
+
+def _scanner(reader: SavepointReader, state: str):
+    return scanner_for(reader.meta, *reader.find(state))
+
+
+def _expected_rows(case: str, state: str) -> list[dict]:
+    return next(s["rows"] for _, s in iter_states(load_expected(case)) if s["name"] == state)
+
+
+def test_native_savepoint_handles_name_rocksdb_files_and_cover_every_key_group():
+    handles = _native_handles(savepoint_dir(NATIVE_CASE))
+    assert len(handles) == 2  # parallelism 2
+    covered = sorted(g for h in handles for g in range(h.key_group_range[0], h.key_group_range[1] + 1))
+    assert covered == list(range(128))
+    for handle in handles:
+        names = {f.name for f in handle.files}
+        assert "CURRENT" in names and any(n.startswith("MANIFEST-") for n in names)
+        assert handle.sst_files and all(f.name.endswith(".sst") for f in handle.sst_files)
+        assert handle.meta_stream.size > 0
+
+
+def test_native_states_have_the_native_layout_and_no_unsupported_reason():
+    meta = load_state_meta(savepoint_dir(NATIVE_CASE), use_state_info=False)
+    op = next(op for op in meta.operators if "GroupAggregate" in (op.name or op.label))
+    assert not op.unsupported
+    state = op.state("accState")
+    assert {loc.layout for loc in state.locations} == {NATIVE_ROCKSDB_LAYOUT}
+
+
+def test_one_key_reads_one_key_group_and_fewer_bytes_than_the_full_scan():
+    reader = SavepointReader(str(savepoint_dir(NATIVE_CASE)))
+    rows = _expected_rows(NATIVE_CASE, "accState")
+    wanted = rows[len(rows) // 2]
+    full = _scanner(reader, "accState")
+    everything = [r for b in full.batches() for r in b.to_pylist()]
+    assert len(everything) == len(rows)
+    one = _scanner(reader, "accState")
+    got = [r for b in one.batches(keys=[wanted["key"]], key_groups={
+        key_group_for(wanted["key"], one.state.key, one.operator.max_parallelism)}) for r in b.to_pylist()]
+    assert [r["value"] for r in got] == [wanted["value"]]
+    assert one.stats.key_groups == 1
+    assert 0 < one.stats.bytes_read < full.stats.bytes_read
+
+
+def _corrupt_inline_sst(tmp_path, at_fraction: float):
+    copy = tmp_path / "savepoint"
+    shutil.copytree(savepoint_dir(NATIVE_CASE), copy)
+    handle = _native_handles(copy)[0]
+    sst = handle.sst_files[0].stream
+    assert isinstance(sst, InlineStream)
+    position = sst.offset + int(sst.length * at_fraction)
+    data = bytearray((copy / "_metadata").read_bytes())
+    data[position] ^= 0xFF
+    (copy / "_metadata").write_bytes(bytes(data))
+    return copy, handle.sst_files[0].name
+
+
+def test_a_flipped_byte_in_an_sst_data_block_is_a_checksum_error_naming_file_and_block(tmp_path):
+    copy, name = _corrupt_inline_sst(tmp_path, 0.02)  # the first data block starts the file
+    reader = SavepointReader(str(copy))
+    with pytest.raises(FormatError) as failure:
+        for _ in _scanner(reader, "accState").batches():
+            pass
+    message = str(failure.value)
+    assert "checksum" in message and name in message and "_metadata" in message
+    assert failure.value.offset is not None
+
+
+def test_a_missing_checkpoint_file_is_an_error_naming_it_not_a_partial_table(tmp_path):
+    """A RocksDB file that is gone (a checkpoint Flink subsumed and deleted, a partial copy)."""
+    from tests.fixtures.expected import phases
+
+    successive = [p for p in phases_of_every_case(phases) if p["checkpoint"]]
+    if not successive:
+        pytest.fail("no successive checkpoint fixture with files: see tests/fixtures/README.md")
+    first = successive[0]
+    job = first["checkpoint"].parent
+    copy = tmp_path / job.name
+    shutil.copytree(job, copy)
+    checkpoint = copy / first["checkpoint"].name
+    handles = _native_handles(checkpoint)
+    victim = next(f for h in handles for f in h.sst_files if not isinstance(f.stream, InlineStream))
+    victim_path = victim.stream.path
+    reader = SavepointReader(str(checkpoint))
+    state = next(s for op in reader.meta.operators for s in op.states
+                 if s.is_keyed and any(loc.native and victim in loc.native.files for loc in s.locations))
+    import os
+
+    os.remove(victim_path)
+    with pytest.raises(StatecatError) as failure:
+        for _ in _scanner(reader, state.name).batches():
+            pass
+    assert os.path.basename(victim_path) in str(failure.value)
+
+
+def phases_of_every_case(phases):
+    from tests.fixtures.expected import CASES
+
+    out = []
+    for case in CASES:
+        try:
+            out.extend(phases(case))
+        except (KeyError, ValueError):
+            continue
+    return out

@@ -1,0 +1,102 @@
+"""One real Flink job, input added in phases, and after each phase a retained incremental RocksDB
+checkpoint and a canonical savepoint (tests/fixtures/README.md, "Successive cases"). Expected
+content per phase comes from the input alone.
+
+- every phase's checkpoint (native SST files, later ones reusing earlier shared files, lists whose
+  merge operands span several files) and savepoint decodes to that phase's expected content;
+- the checkpoint and the savepoint of one moment diff to nothing;
+- two successive snapshots diff to exactly the changes the input implies (issue 11);
+- a job directory copied elsewhere reads from the copy.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from statecat.readers import diff_savepoints
+from statecat.readers.diff import ADDED, CHANGED, COMPARED, REMOVED
+from statecat.statemeta.metadata import FileStream, NativeRocksDBHandle, read_metadata
+from statecat.statemeta.storage import open_storage
+from tests.acceptance import check_state_rows
+from tests.fixtures.expected import CASES, is_successive, iter_states, phases
+from tests.test_diff import KEYED_KINDS, expected_changes_between, got_changes
+
+SUCCESSIVE = [case for case in CASES if is_successive(case)]
+
+PHASE_STATES = [
+    pytest.param(case, index, op, state, id=f"{case}:{phase['phase']}:{state['name']}")
+    for case in SUCCESSIVE
+    for index, phase in enumerate(phases(case))
+    for op, state in iter_states(phase["expected"])
+]
+PHASES = [pytest.param(case, index, id=f"{case}:{phase['phase']}")
+          for case in SUCCESSIVE for index, phase in enumerate(phases(case))]
+STEPS = [pytest.param(case, index, id=f"{case}:{phases(case)[index - 1]['phase']}->{phases(case)[index]['phase']}")
+         for case in SUCCESSIVE for index in range(1, len(phases(case)))]
+
+
+def test_there_are_successive_cases_with_three_phases():
+    assert SUCCESSIVE
+    assert all(len(phases(case)) >= 3 for case in SUCCESSIVE)
+
+
+@pytest.mark.parametrize("case,index,operator,state", PHASE_STATES)
+def test_each_phase_checkpoint_decodes_to_its_expected_content(case, index, operator, state):
+    check_state_rows(phases(case)[index]["checkpoint"], operator, state)
+
+
+@pytest.mark.parametrize("case,index,operator,state", PHASE_STATES)
+def test_each_phase_savepoint_decodes_to_its_expected_content(case, index, operator, state):
+    check_state_rows(phases(case)[index]["savepoint"], operator, state)
+
+
+def _shared_ssts(checkpoint) -> set[str]:
+    metadata = read_metadata(open_storage(str(checkpoint)))
+    return {f.stream.path for op in metadata.operators for s in op.subtasks
+            if isinstance(s.managed_keyed, NativeRocksDBHandle)
+            for f in s.managed_keyed.sst_files if f.shared and isinstance(f.stream, FileStream)}
+
+
+@pytest.mark.parametrize("case", SUCCESSIVE)
+def test_later_checkpoints_reuse_the_first_checkpoints_shared_files(case):
+    first, *_, last = phases(case)
+    assert _shared_ssts(first["checkpoint"]) & _shared_ssts(last["checkpoint"])
+
+
+@pytest.mark.parametrize("case,index", PHASES)
+def test_checkpoint_and_savepoint_of_one_moment_have_no_changes(case, index):
+    phase = phases(case)[index]
+    diff = diff_savepoints(str(phase["checkpoint"]), str(phase["savepoint"]))
+    keyed = [e for e in diff.summary() if e.kind in KEYED_KINDS]
+    assert keyed and all(e.status == COMPARED for e in keyed), [(e.state, e.reason) for e in keyed]
+    assert [c for c in diff.changes() if c.key_group is not None] == []
+
+
+@pytest.mark.parametrize("case,index", STEPS)
+@pytest.mark.parametrize("kind", ["savepoint", "checkpoint"])
+def test_successive_snapshots_diff_to_the_changes_the_input_implies(case, index, kind):
+    before, after = phases(case)[index - 1], phases(case)[index]
+    diff = diff_savepoints(str(before[kind]), str(after[kind]))
+    got = got_changes(diff)
+    want = expected_changes_between((before[kind], before["expected"]), (after[kind], after["expected"]))
+    assert want
+    for name, changes in want.items():
+        assert name in got, f"{name} was not matched"
+        for change in (ADDED, REMOVED, CHANGED):
+            assert got[name][change] == changes[change], (name, change)
+        assert got[name]["unchanged"] == len(changes["unchanged"]), name
+    assert any(changes[CHANGED] for changes in want.values())
+
+
+@pytest.mark.parametrize("case", SUCCESSIVE)
+def test_a_copied_job_directory_is_read_from_the_copy(case, tmp_path):
+    last = phases(case)[-1]
+    job = last["checkpoint"].parent
+    copy = tmp_path / "elsewhere" / job.name
+    shutil.copytree(job, copy)
+    checkpoint = copy / last["checkpoint"].name
+    assert all(path.startswith(str(copy)) for path in _shared_ssts(checkpoint))
+    for op, state in iter_states(last["expected"]):
+        check_state_rows(checkpoint, op, state)
