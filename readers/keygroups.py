@@ -12,6 +12,7 @@ from decimal import Decimal
 
 import mmh3
 
+from statecat.readers.decoders import ROW_KIND_BITS
 from statecat.statemeta.errors import UnsupportedError
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
@@ -85,6 +86,58 @@ def key_group_for(value, key_type: TypeDescriptor, max_parallelism: int) -> int:
     if key_column_type(key_type) is not key_type:
         value = {key_type.fields[0][0]: value}
     return murmur_hash(java_hash(value, key_type)) % max_parallelism
+
+
+def serialized_key(value, key_type: TypeDescriptor) -> bytes | None:
+    """The bytes Flink's key serializer writes for ``value`` (as the ``key`` column shows it), for
+    the key types a native RocksDB read can seek to; None for other types (then the reader reads
+    the key's whole key-group)."""
+    if key_column_type(key_type) is not key_type:
+        value = {key_type.fields[0][0]: value}
+    try:
+        return _serialized(value, key_type)
+    except (UnsupportedError, TypeError, ValueError, OverflowError, KeyError, IndexError, struct.error):
+        return None
+
+
+def _serialized(value, key_type: TypeDescriptor) -> bytes | None:
+    kind = key_type.kind
+    if kind in ("row", "tuple"):
+        parts = [value.get(name) if isinstance(value, dict) else value[i] for i, (name, _) in enumerate(key_type.fields)]
+        fields = [b"" if part is None else _serialized(part, field) for part, (_, field) in zip(parts, key_type.fields)]
+        if any(f is None for f in fields):
+            return None
+        if kind == "tuple":
+            return None if any(p is None for p in parts) else b"".join(fields)
+        # Row: a null mask (most significant bit first, after the RowKind bits), then the fields.
+        skip = ROW_KIND_BITS if key_type.attr("row_kind", False) else 0
+        mask = bytearray((len(parts) + skip + 7) // 8)
+        for i, part in enumerate(parts):
+            if part is None:
+                mask[(i + skip) // 8] |= 0x80 >> ((i + skip) % 8)
+        return bytes(mask) + b"".join(fields)
+    if kind in ("string", "string_data"):
+        return _string_value(str(value))
+    if kind == "long":
+        return struct.pack(">q", int(value))
+    if kind == "int":
+        return struct.pack(">i", int(value))
+    if kind == "rowdata":
+        row = encode_binary_row(value, key_type)
+        return struct.pack(">i", len(row)) + row
+    return None
+
+
+def _string_value(text: str) -> bytes:
+    """StringValue.writeString: length + 1, then each UTF-16 unit, as 7-bit groups low first."""
+    units = text.encode("utf-16-be")
+    out = bytearray()
+    for number in [len(units) // 2 + 1] + [int.from_bytes(units[i:i + 2], "big") for i in range(0, len(units), 2)]:
+        while number >= 0x80:
+            out.append((number & 0x7F) | 0x80)
+            number >>= 7
+        out.append(number)
+    return bytes(out)
 
 
 def subtask_for_key_group(key_group: int, parallelism: int, max_parallelism: int) -> int:

@@ -286,7 +286,9 @@ def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Seq
             (op, state, scanner, location, coerced))
     for (_, _, key_group, _), items in plans.items():
         reading = items[0][2]
-        for group, data, file, base in reading._key_groups(items[0][3], {key_group}):
+        native = items[0][3].native is not None  # one state per plan: seek to its key
+        for group, data, file, base in reading._key_groups(items[0][3], {key_group},
+                                                           [items[0][4]] if native else None):
             for op, state, scanner, location, coerced in items:
                 batch = decode_key_group(scanner, location, group, data, file, base)
                 for row in _rows_of_key(batch, coerced, scanner):

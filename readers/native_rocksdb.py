@@ -17,8 +17,10 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from statecat.readers.native_merge import MERGE_UNSUPPORTED_TYPE, MergeFailure, Runs
 from statecat.readers.sst import ColumnFamilyView, SstFile
-from statecat.statemeta.errors import FormatError, StatecatError
+from statecat.readers.sst.format import RANGE_DEL_BLOCK
+from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
 from statecat.statemeta.headers import open_stream
 from statecat.statemeta.metadata import InlineStream, NativeRocksDBHandle, RocksDBFile
 from statecat.statemeta.model import KeyedLocation
@@ -65,19 +67,19 @@ class NativeInstance:
     def column_family_names(self) -> list[str]:
         return sorted({ref.column_family for ref in self._column_families})
 
-    def entries(self, column_family: str, lower: bytes | None, upper: bytes | None) -> Iterator[tuple[bytes, bytes]]:
-        """(key, value) of the column family in [lower, upper), as RocksDB would return them."""
-        refs = self.files_of(column_family)
-        if not refs:
-            return
-        opened = [_open_sst(self.storage, ref.file, self.verify_checksums) for ref in refs]
+    def column_family(self, name: str) -> "ColumnFamilyReader":
+        """The column family's SST files, open until the reader is closed."""
+        files, sources = [], []
         try:
-            view = ColumnFamilyView([sst for sst, _ in opened])
-            yield from view.entries(lower, upper)
-        finally:
-            for sst, source in opened:
-                self.bytes_read += sst.bytes_read
+            for ref in self.files_of(name):
+                sst, source = _open_sst(self.storage, ref.file, self.verify_checksums)
+                files.append(sst)
+                sources.append(source)
+        except BaseException:
+            for source in sources:
                 source.close()
+            raise
+        return ColumnFamilyReader(self, name, files, sources)
 
 
 def _column_families(storage: Storage, handle: NativeRocksDBHandle) -> tuple[_SstRef, ...]:
@@ -188,32 +190,95 @@ def column_family_bytes(storage: Storage, handle: NativeRocksDBHandle) -> dict[s
 
 
 def framed_key_groups(instance: NativeInstance, location: KeyedLocation, column_family: str, prefix_bytes: int,
-                      key_groups: set[int] | None) -> Iterator[tuple[int, bytes]]:
-    """(key-group, canonical-framed bytes) of the state's non-empty key-groups, in order.
+                      key_groups: set[int] | None, seeks: dict | None = None) -> Iterator[tuple[int, bytes]]:
+    """(key-group, its entries) of the state's non-empty key-groups, in order.
 
-    Runs of wanted key-groups are read as one key range, so a full scan walks every SST block
-    once; a key read touches only the blocks the index names for its key-group."""
+    One key-group at a time (memory bounded by a key-group, as for savepoints); each file's index
+    names the data blocks that can hold it. ``seeks``: key-group -> the serialized keys wanted in
+    it (None where a key's bytes are not known): then only the blocks that can hold those keys
+    are read, and the entries of other keys there may come along (the scanner filters them)."""
     first = location.start_key_group
-    last = first + location.num_key_groups - 1
-    wanted = [g for g in range(first, last + 1) if key_groups is None or g in key_groups]
-    for run_start, run_end in _runs(wanted):
-        lower = key_group_prefix(run_start, prefix_bytes)
-        upper = key_group_prefix(run_end + 1, prefix_bytes) if run_end + 1 < 256 ** prefix_bytes else None
-        current = None
-        entries: list[tuple[bytes, bytes]] = []
-        for key, value in instance.entries(column_family, lower, upper):
-            if len(key) < prefix_bytes:
-                raise FormatError(f"expected a key of at least its {prefix_bytes}-byte key-group prefix, got "
-                                  f"{len(key)} bytes in column family {column_family!r}",
-                                  file=instance.description, hint="The SST files are damaged")
-            key_group = int.from_bytes(key[:prefix_bytes], "big")
-            if key_group != current:
-                if entries:
-                    yield current, frame_key_group(location.state_id, entries)
-                current, entries = key_group, []
-            entries.append((key, value))
-        if entries:
-            yield current, frame_key_group(location.state_id, entries)
+    wanted = [g for g in range(first, first + location.num_key_groups) if key_groups is None or g in key_groups]
+    if not wanted:
+        return
+    with instance.column_family(column_family) as reader:
+        for key_group in wanted:
+            keys = seeks.get(key_group) if seeks is not None else None
+            data = reader.key_group(key_group, prefix_bytes, location.state_id, keys)
+            if data:
+                yield key_group, data
+
+
+class ColumnFamilyReader:
+    """A column family's open SST files, read one key-group at a time."""
+
+    def __init__(self, instance: NativeInstance, name: str, files: list, sources: list):
+        self.instance = instance
+        self.name = name
+        self.files = files
+        self.sources = sources
+        # Range deletions (Flink clips a rescaled instance with them) go through the general view.
+        self.view = ColumnFamilyView(files) if any(RANGE_DEL_BLOCK in f.metaindex for f in files) else None
+
+    def key_group(self, key_group: int, prefix_bytes: int, state_id: int, keys: list | None = None) -> bytes:
+        """The state's live entries of one key-group (empty bytes: none); with ``keys`` (their
+        serialized bytes) only those of the one key given, when exactly one is."""
+        lower = key_group_prefix(key_group, prefix_bytes)
+        upper = key_group_prefix(key_group + 1, prefix_bytes) if key_group + 1 < 256 ** prefix_bytes else None
+        if keys is not None and len(keys) == 1 and keys[0] is not None:
+            # Every composite key of that key starts with the prefix and its serialized bytes.
+            lower = lower + keys[0]
+            upper = _successor(lower) or upper
+        if self.view is None:
+            runs = Runs([list(f.data_blocks(lower, upper)) for f in self.files])
+            runs.restrict(lower, upper)
+            try:
+                resolved = runs.resolved()
+            except MergeFailure as failure:
+                raise (UnsupportedError if failure.error == MERGE_UNSUPPORTED_TYPE else FormatError)(
+                    f"{failure} (value type {failure.value_type}) in column family {self.name!r}, key-group "
+                    f"{key_group}", file=self.instance.description,
+                    hint="The SST files are damaged, or were not written by Flink's RocksDB backend") from None
+            if resolved is not None:
+                buffer, *positions = resolved
+                return NativeKeyGroup.of(buffer, positions) if positions[0].shape[0] else b""
+        # Range deletions (Flink clips a rescaled instance with them) and very long keys.
+        view = self.view or ColumnFamilyView(self.files)
+        entries = list(view.entries(lower, upper))
+        return frame_key_group(state_id, entries) if entries else b""
+
+    def close(self) -> None:
+        for sst, source in zip(self.files, self.sources):
+            self.instance.bytes_read += sst.bytes_read
+            source.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def _successor(prefix: bytes) -> bytes | None:
+    """The smallest byte string above every string starting with ``prefix`` (None: there is none)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        return None
+    return trimmed[:-1] + bytes((trimmed[-1] + 1,))
+
+
+class NativeKeyGroup(bytes):
+    """A key-group's decoded keys and values with each live entry's positions in them
+    (key at, key length, value at, value length), as the scanner's walk of a canonical
+    key-group would give them: the scanner takes the positions instead of walking."""
+
+    positions: list
+
+    @classmethod
+    def of(cls, buffer, positions) -> "NativeKeyGroup":
+        data = cls(buffer.tobytes() if hasattr(buffer, "tobytes") else buffer)
+        data.positions = positions
+        return data
 
 
 def frame_key_group(state_id: int, entries: list[tuple[bytes, bytes]]) -> bytes:
@@ -226,20 +291,6 @@ def frame_key_group(state_id: int, entries: list[tuple[bytes, bytes]]) -> bytes:
         out += (struct.pack(">i", len(key)), key, struct.pack(">i", len(value)), value)
     out.append(struct.pack(">H", END_OF_KEY_GROUP))
     return b"".join(out)
-
-
-def _runs(values: list[int]) -> Iterator[tuple[int, int]]:
-    start = previous = None
-    for value in values:
-        if start is None:
-            start = previous = value
-        elif value == previous + 1:
-            previous = value
-        else:
-            yield start, previous
-            start = previous = value
-    if start is not None:
-        yield start, previous
 
 
 __all__ = ["NativeInstance", "framed_key_groups", "key_group_prefix", "StatecatError"]

@@ -193,7 +193,7 @@ class KeyedStateScanner:
                 batch_rows: int = DEFAULT_BATCH_ROWS, keys: list | None = None) -> Iterator[pa.RecordBatch]:
         locations = self.state.locations if locations is None else locations
         if self.fast is not None and (keys is None or self._filterable_keys()):
-            batches = self._fast_batches(locations, key_groups, batch_rows)
+            batches = self._fast_batches(locations, key_groups, batch_rows, keys)
             if keys is None:
                 yield from batches
             else:
@@ -204,7 +204,7 @@ class KeyedStateScanner:
         columns: tuple[list, list, list] = ([], [], [])
         wanted = None if keys is None else set(_hashable(k) for k in keys)
         for location in locations:
-            for key_group, data, file, base in self._key_groups(location, key_groups):
+            for key_group, data, file, base in self._key_groups(location, key_groups, keys):
                 self._decode_key_group(key_group, data, location, columns, file, base, wanted)
                 if len(columns[0]) >= batch_rows:
                     yield self._batch(columns)
@@ -217,12 +217,12 @@ class KeyedStateScanner:
         key_type = self.schema.field("key").type
         return not (pa.types.is_struct(key_type) or pa.types.is_list(key_type) or pa.types.is_map(key_type))
 
-    def _fast_batches(self, locations, key_groups, batch_rows) -> Iterator[pa.RecordBatch]:
+    def _fast_batches(self, locations, key_groups, batch_rows, keys=None) -> Iterator[pa.RecordBatch]:
         """Walks each key-group compiled, then cuts columns out of many key-groups at once."""
         group: list[tuple] = []  # (key_group, data, file, base, state_id, positions)
         group_rows = group_bytes = 0
         for location in locations:
-            for key_group, data, file, base in self._key_groups(location, key_groups):
+            for key_group, data, file, base in self._key_groups(location, key_groups, keys):
                 _, positions = self._locate(key_group, data, location, file, base)
                 group.append((key_group, data, file, base, location, positions))
                 group_rows += len(positions[0])
@@ -262,10 +262,13 @@ class KeyedStateScanner:
                               operator=self.operator.label, state=self.state.name) from exc
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def _key_groups(self, location: KeyedLocation, key_groups: set[int] | None):
-        """(key-group, bytes, file, file offset) of each wanted non-empty key-group, in order."""
+    def _key_groups(self, location: KeyedLocation, key_groups: set[int] | None, keys: list | None = None):
+        """(key-group, bytes, file, file offset) of each wanted non-empty key-group, in order.
+
+        ``keys``: the only keys wanted (a hint: a native RocksDB instance then reads only the
+        blocks that can hold them; other layouts read their whole key-groups)."""
         if location.layout == NATIVE_ROCKSDB_LAYOUT:
-            yield from self._native_key_groups(location, key_groups)
+            yield from self._native_key_groups(location, key_groups, keys)
             return
         wanted = [(i, offset) for i, offset in enumerate(location.offsets)
                   if offset != 0 and (key_groups is None or location.start_key_group + i in key_groups)]
@@ -295,13 +298,21 @@ class KeyedStateScanner:
                     data = decompress_snappy_framed(data, file, base + offset)
                 yield key_group, data, file, base + offset
 
-    def _native_key_groups(self, location: KeyedLocation, key_groups: set[int] | None):
-        """A RocksDB instance's key-groups of this state, framed like a canonical key-group."""
+    def _native_key_groups(self, location: KeyedLocation, key_groups: set[int] | None, keys: list | None):
+        """A RocksDB instance's key-groups of this state (readers/native_rocksdb.py)."""
+        from statecat.readers.keygroups import key_group_for, serialized_key
         from statecat.readers.native_rocksdb import NativeInstance, framed_key_groups
 
+        seeks = None
+        if keys is not None and self.state.kind == "keyed" and not self.key_raw:
+            seeks = {}
+            for key in keys:
+                group = key_group_for(key, self.state.key, self.operator.max_parallelism)
+                seeks.setdefault(group, []).append(serialized_key(key, self.state.key))
         instance = NativeInstance(self.meta.storage, location.native)
         try:
-            for key_group, data in framed_key_groups(instance, location, self.state.name, self.prefix, key_groups):
+            for key_group, data in framed_key_groups(instance, location, self.state.name, self.prefix, key_groups,
+                                                     seeks):
                 self.stats.key_groups += 1
                 self.stats.subtasks.add(location.subtask)
                 yield key_group, data, instance.description, 0
@@ -344,6 +355,9 @@ class KeyedStateScanner:
         if location.layout == HEAP_CHECKPOINT_LAYOUT:
             raise UnsupportedError("entry positions are only located in savepoint-layout key-groups, not in a heap "
                                    "checkpoint's", operator=self.operator.label, state=self.state.name)
+        native_positions = getattr(data, "positions", None)
+        if location.layout == NATIVE_ROCKSDB_LAYOUT and native_positions is not None:
+            return np.frombuffer(data, dtype=np.uint8), native_positions  # merged from SST files
         buf = np.frombuffer(data, dtype=np.uint8)
         capacity = len(data) // MIN_ENTRY_BYTES + 1
         positions = [np.empty(capacity, dtype=np.int64) for _ in range(4)]

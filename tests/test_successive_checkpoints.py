@@ -11,15 +11,16 @@ content per phase comes from the input alone.
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
 
-from statecat.readers import diff_savepoints
+from statecat.readers import SavepointReader, diff_savepoints
 from statecat.readers.diff import ADDED, CHANGED, COMPARED, REMOVED
 from statecat.statemeta.metadata import FileStream, NativeRocksDBHandle, read_metadata
 from statecat.statemeta.storage import open_storage
-from tests.acceptance import check_state_rows
+from tests.acceptance import canonical, check_state_rows
 from tests.fixtures.expected import CASES, is_successive, iter_states, phases
 from tests.test_diff import KEYED_KINDS, expected_changes_between, got_changes
 
@@ -100,3 +101,45 @@ def test_a_copied_job_directory_is_read_from_the_copy(case, tmp_path):
     assert all(path.startswith(str(copy)) for path in _shared_ssts(checkpoint))
     for op, state in iter_states(last["expected"]):
         check_state_rows(checkpoint, op, state)
+
+
+def _keys_of(expected: dict, limit: int) -> list:
+    keys = sorted({json.dumps(row["key"], sort_keys=True) for _, state in iter_states(expected)
+                   if state["kind"] == "keyed" and state["rows"] for row in state["rows"]})
+    return [json.loads(k) for k in keys[:: max(1, len(keys) // limit)][:limit]]
+
+
+def _view_rows(path, key) -> list:
+    rows = SavepointReader(str(path)).key(key).rows
+    return sorted(json.dumps([r.operator_id, r.state, canonical(r.namespace), canonical(r.value)], sort_keys=True,
+                             default=str) for r in rows)
+
+
+@pytest.mark.parametrize("case", SUCCESSIVE)
+def test_one_keys_view_of_a_checkpoint_is_the_savepoint_of_the_same_moment(case):
+    """The key view seeks to the key inside its key-group's SST blocks (by its serialized bytes)."""
+    last = phases(case)[-1]
+    keys = _keys_of(last["expected"], 6)
+    assert keys
+    for key in keys:
+        from_checkpoint = _view_rows(last["checkpoint"], key)
+        assert from_checkpoint and from_checkpoint == _view_rows(last["savepoint"], key), key
+
+
+@pytest.mark.parametrize("case", SUCCESSIVE)
+def test_serialized_keys_decode_back_to_the_key(case):
+    from statecat.readers.decoders import build_key_decoder
+    from statecat.readers.keygroups import serialized_key
+
+    meta = SavepointReader(str(phases(case)[-1]["checkpoint"])).meta
+    checked = 0
+    for op, state in meta.states():
+        if state.kind != "keyed" or state.key.kind == "raw":
+            continue
+        decode = build_key_decoder(state.key)
+        for key in _keys_of(phases(case)[-1]["expected"], 20):
+            data = serialized_key(key, state.key)
+            assert data is not None, state.key.describe()
+            assert decode(data, 0) == (key, len(data))
+            checked += 1
+    assert checked

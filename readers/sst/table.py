@@ -111,8 +111,9 @@ class SstFile:
             self.global_seqno_unknown = not self.global_seqno
 
     # ------------------------------------------------------------------ blocks
-    def read_block(self, handle: BlockHandle, what: str) -> bytes:
-        """The uncompressed contents of the block at ``handle`` (checksum verified if asked)."""
+    def read_block(self, handle: BlockHandle, what: str, source=None) -> bytes:
+        """The uncompressed contents of the block at ``handle`` (checksum verified if asked);
+        ``source``: where to read it (a span of the file already read), else the file."""
         end = handle.offset + handle.size + BLOCK_TRAILER_SIZE
         if self.footer.offset < end <= self.size:
             raise FormatError(
@@ -121,7 +122,7 @@ class SstFile:
                 file=self.display, offset=handle.offset,
                 hint="The file is truncated or its index is damaged; copy it again from the snapshot")
         data, n = read_block_bytes(
-            self.source, handle, file_size=self.size, display=self.display,
+            self.source if source is None else source, handle, file_size=self.size, display=self.display,
             checksum_type=self.footer.checksum_type, base_context_checksum=self.footer.base_context_checksum,
             verify=self.verify_checksums, what=what)
         self.bytes_read += n
@@ -208,8 +209,24 @@ class SstFile:
 
     def data_blocks(self, lower: bytes | None = None, upper: bytes | None = None) -> Iterator[DecodedBlock]:
         """The decoded data blocks whose key range can meet [lower, upper), in key order."""
-        for handle in self.data_block_handles(lower, upper):
-            yield self._decode_data(handle)
+        handles = self.data_block_handles(lower, upper)
+        start = 0
+        while start < len(handles):
+            # Consecutive blocks are read with one call (a key-group's blocks lie side by side).
+            stop = start + 1
+            while (stop < len(handles) and handles[stop].offset == handles[stop - 1].offset + handles[stop - 1].size
+                   + BLOCK_TRAILER_SIZE and handles[stop].offset - handles[start].offset < SPAN_READ_BYTES):
+                stop += 1
+            if stop - start == 1:
+                yield self._decode_data(handles[start])
+            else:
+                first, last = handles[start], handles[stop - 1]
+                self.source.seek(first.offset)
+                span = _Span(self.source.read(last.offset + last.size + BLOCK_TRAILER_SIZE - first.offset),
+                             first.offset)
+                for handle in handles[start:stop]:
+                    yield self._decode_data(handle, span)
+            start = stop
 
     def entries(self, lower: bytes | None = None, upper: bytes | None = None
                 ) -> Iterator[tuple[bytes, int, int, bytes]]:
@@ -253,8 +270,8 @@ class SstFile:
             return None
         return first.key_list()[0], last.key_list()[-1]
 
-    def _decode_data(self, handle: BlockHandle) -> DecodedBlock:
-        block = decode_block(self.read_block(handle, "data block"), self.display, handle.offset,
+    def _decode_data(self, handle: BlockHandle, source=None) -> DecodedBlock:
+        block = decode_block(self.read_block(handle, "data block", source), self.display, handle.offset,
                              key_trailer=True, what="data block")
         if self.global_seqno:
             block.seq[:] = self.global_seqno
@@ -285,3 +302,23 @@ def block_slice(block: DecodedBlock, lower: bytes | None, upper: bytes | None) -
     if upper is not None and keys and keys[-1] >= upper:
         stop = bisect.bisect_left(keys, upper)
     return keys, start, max(start, stop)
+
+
+SPAN_READ_BYTES = 1 << 20
+
+
+class _Span:
+    """Bytes of a file read at once from ``start``: reads of blocks inside it cost no call."""
+
+    def __init__(self, data: bytes, start: int):
+        self.data, self.start, self.position = data, start, start
+
+    def seek(self, position: int) -> int:
+        self.position = position
+        return position
+
+    def read(self, n: int) -> bytes:
+        at = self.position - self.start
+        out = self.data[at:at + n] if at >= 0 else b""
+        self.position += len(out)
+        return out

@@ -1,0 +1,278 @@
+"""One state's entries of one key-group, merged from its column family's SST files.
+
+The SST files of a column family are sorted runs of internal keys (user key ascending, newest
+sequence number first); RocksDB's answer for a user key is its newest version: a Put's value, a
+Deletion's absence, or Merge operands combined with the version below them (Flink's list state:
+the base value, then the operands oldest first, joined by ','). ``Runs.resolved`` orders every
+version of the key-group with one sort of fixed-width records (the key as big-endian words, its
+length, the complemented sequence number), then keeps each key's newest version in compiled code.
+It returns positions into one buffer of the decoded keys and values, which the scanner's
+column-wise extraction and record decoders read as they read a savepoint key-group's. Range
+deletions are not handled here: a column family with any goes through ``readers.sst.ColumnFamilyView``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from statecat.readers.sst.format import (
+    TYPE_DELETION,
+    TYPE_DELETION_WITH_TIMESTAMP,
+    TYPE_MERGE,
+    TYPE_SINGLE_DELETION,
+    TYPE_VALUE,
+)
+
+MERGE_OK = 0
+MERGE_UNSUPPORTED_TYPE = 1
+MERGE_OUT_OF_BOUNDS = 2
+MERGE_ERRORS = {MERGE_UNSUPPORTED_TYPE: "an entry of a value type Flink's state does not use",
+                MERGE_OUT_OF_BOUNDS: "an entry outside its decoded block"}
+LIST_DELIMITER = 0x2C  # ','
+
+
+@numba.njit(cache=True, nogil=True)
+def _common_prefix(kb, key_start, key_len, run_begin, run_end):  # pragma: no cover - compiled
+    """Length of the prefix every key of the runs shares (runs are sorted: first and last keys)."""
+    ref = -1
+    common = 0
+    for r in range(run_begin.shape[0]):
+        for i in (run_begin[r], run_end[r] - 1):
+            if i < run_begin[r] or i >= run_end[r]:
+                continue
+            if ref < 0:
+                ref = i
+                common = key_len[i]
+                continue
+            n = common if common < key_len[i] else key_len[i]
+            j = 0
+            while j < n and kb[key_start[ref] + j] == kb[key_start[i] + j]:
+                j += 1
+            common = j
+    return common
+
+
+@numba.njit(cache=True, nogil=True)
+def _below(kb, at, length, bound):  # pragma: no cover - compiled
+    """Whether key kb[at:at+length] sorts before ``bound``."""
+    n = length if length < bound.shape[0] else bound.shape[0]
+    for i in range(n):
+        x = kb[at + i]
+        y = bound[i]
+        if x != y:
+            return x < y
+    return length < bound.shape[0]
+
+
+@numba.njit(cache=True, nogil=True)
+def _first_not_below(kb, key_start, key_len, lo, hi, bound):  # pragma: no cover - compiled
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _below(kb, key_start[mid], key_len[mid], bound):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@numba.njit(cache=True, nogil=True)
+def _bounds(kb, key_start, key_len, run_begin, run_end, lower, upper, has_upper):  # pragma: no cover
+    for r in range(run_begin.shape[0]):
+        begin = _first_not_below(kb, key_start, key_len, run_begin[r], run_end[r], lower)
+        end = _first_not_below(kb, key_start, key_len, begin, run_end[r], upper) if has_upper else run_end[r]
+        run_begin[r] = begin
+        run_end[r] = end
+
+
+class Runs:
+    """The decoded data blocks of several SST files, each file one sorted run, in flat arrays."""
+
+    def __init__(self, runs: list[list]):
+        keys, key_start, key_len, seq, vtype, values, value_start, value_len = ([] for _ in range(8))
+        begin, end = [], []
+        key_base = value_base = count = 0
+        for blocks in runs:
+            begin.append(count)
+            for block in blocks:
+                keys.append(block.keys)
+                values.append(block.data)
+                key_start.append(block.key_start + key_base)
+                value_start.append(block.value_start + value_base)
+                key_len.append(block.key_len)
+                value_len.append(block.value_len)
+                seq.append(block.seq)
+                vtype.append(block.vtype)
+                key_base += block.keys.shape[0]
+                value_base += block.data.shape[0]
+                count += len(block)
+            end.append(count)
+
+        def joined(parts, dtype):
+            return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
+
+        self.keys = joined(keys, np.uint8)
+        self.values = joined(values, np.uint8)
+        self.key_start = joined(key_start, np.int64)
+        self.key_len = joined(key_len, np.int64)
+        self.value_start = joined(value_start, np.int64)
+        self.value_len = joined(value_len, np.int64)
+        self.seq = joined(seq, np.uint64)
+        self.vtype = joined(vtype, np.uint8)
+        self.begin = np.array(begin, dtype=np.int64)
+        self.end = np.array(end, dtype=np.int64)
+
+    def restrict(self, lower: bytes, upper: bytes | None) -> None:
+        """Keeps each run's entries with a user key in [lower, upper)."""
+        _bounds(self.keys, self.key_start, self.key_len, self.begin, self.end,
+                np.frombuffer(lower, dtype=np.uint8), np.frombuffer(upper or b"\0", dtype=np.uint8), upper is not None)
+
+    def resolved(self):
+        """The live entries, in key order, as (buffer, key at, key length, value at, value length):
+        positions into one buffer holding the decoded keys, the decoded values and the values merge
+        operands combine into. None when keys are too long for the sorted path (see ``MAX_SORT_WORDS``)."""
+        idx = _live_indexes(self.begin, self.end)
+        if (self.key_start[idx] + self.key_len[idx] > self.keys.shape[0]).any() or (
+                self.value_start[idx] + self.value_len[idx] > self.values.shape[0]).any():
+            raise MergeFailure(MERGE_OUT_OF_BOUNDS, -1)
+        if idx.shape[0] == 0:
+            return np.empty(0, dtype=np.uint8), *(np.empty(0, dtype=np.int64) for _ in range(4))
+        skip = _common_prefix(self.keys, self.key_start, self.key_len, self.begin, self.end)
+        longest = int(self.key_len[idx].max())
+        words = max(1, (longest - skip + 7) // 8)
+        if words > MAX_SORT_WORDS:
+            return None
+        heads = np.empty((idx.shape[0], words), dtype=np.uint64)
+        _heads_of(self.keys, self.key_start, self.key_len, idx, skip, heads)
+        # One sort of fixed-width records (the key as big-endian words, its length, then the
+        # complemented sequence number: newest first) orders the versions as RocksDB does.
+        record = np.empty(idx.shape[0], dtype=[("key", ">u8", (words,)), ("length", ">u8"), ("newest", ">u8")])
+        record["key"] = heads
+        record["length"] = self.key_len[idx]
+        record["newest"] = ~self.seq[idx]
+        order = np.argsort(record.view(np.dtype((np.void, record.dtype.itemsize))), kind="stable")
+        ordered = idx[order]
+        key_base = 0
+        value_base = self.keys.shape[0]
+        extra_base = value_base + self.values.shape[0]
+        extra = np.empty(int(self.value_len[ordered].sum()) + ordered.shape[0], dtype=np.uint8)
+        positions = [np.empty(ordered.shape[0], dtype=np.int64) for _ in range(4)]
+        count, extra_used, error, at = _resolve(ordered, heads[order], self.key_start, self.key_len, self.vtype,
+                                                self.values, self.value_start, self.value_len, key_base,
+                                                value_base, extra_base, extra, *positions)
+        if error != MERGE_OK:
+            raise MergeFailure(error, int(self.vtype[at]) if at >= 0 else -1)
+        buffer = np.concatenate((self.keys, self.values, extra[:extra_used]))
+        return buffer, *(p[:count] for p in positions)
+
+
+class MergeFailure(Exception):
+    """The merge met an entry it cannot take: ``error`` (MERGE_ERRORS) and the entry's value type."""
+
+    def __init__(self, error: int, value_type: int):
+        super().__init__(MERGE_ERRORS[error])
+        self.error = error
+        self.value_type = value_type
+
+
+MAX_SORT_WORDS = 64  # keys up to 512 bytes after their shared prefix are sorted as fixed-width records
+
+
+@numba.njit(cache=True, nogil=True)
+def _live_indexes(run_begin, run_end):  # pragma: no cover - compiled
+    total = 0
+    for r in range(run_begin.shape[0]):
+        total += max(0, run_end[r] - run_begin[r])
+    out = np.empty(total, dtype=np.int64)
+    n = 0
+    for r in range(run_begin.shape[0]):
+        for i in range(run_begin[r], run_end[r]):
+            out[n] = i
+            n += 1
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _heads_of(kb, key_start, key_len, idx, skip, heads):  # pragma: no cover - compiled
+    words = heads.shape[1]
+    for row in range(idx.shape[0]):
+        i = idx[row]
+        at = key_start[i] + skip
+        left = key_len[i] - skip
+        for w in range(words):
+            value = np.uint64(0)
+            for j in range(8):
+                k = 8 * w + j
+                value = (value << np.uint64(8)) | (np.uint64(kb[at + k]) if k < left else np.uint64(0))
+            heads[row, w] = value
+
+
+@numba.njit(cache=True, nogil=True)
+def _same_key(heads, key_len, ordered, a, b):  # pragma: no cover - compiled
+    if key_len[ordered[a]] != key_len[ordered[b]]:
+        return False
+    for w in range(heads.shape[1]):
+        if heads[a, w] != heads[b, w]:
+            return False
+    return True
+
+
+@numba.njit(cache=True, nogil=True)
+def _resolve(ordered, heads, key_start, key_len, vtype, vb, value_start, value_len, key_base, value_base,
+             extra_base, extra, key_at, key_ln, value_at, value_ln):  # pragma: no cover - compiled
+    """Newest version of each key (versions sorted newest first): a Put's value, nothing for a
+    deletion, merge operands over the version below them joined by ','. Returns (entries,
+    extra bytes used, error code, offending entry)."""
+    n = ordered.shape[0]
+    count = 0
+    used = 0
+    i = 0
+    while i < n:
+        j = i + 1
+        while j < n and _same_key(heads, key_len, ordered, i, j):
+            j += 1
+        m = i  # the newest version that is not a merge operand
+        while m < j and vtype[ordered[m]] == TYPE_MERGE:
+            m += 1
+        below = -1  # the Put under the operands, if any
+        if m < j:
+            t = vtype[ordered[m]]
+            if t == TYPE_VALUE:
+                below = ordered[m]
+            elif not (t == TYPE_DELETION or t == TYPE_SINGLE_DELETION or t == TYPE_DELETION_WITH_TIMESTAMP):
+                return count, used, MERGE_UNSUPPORTED_TYPE, ordered[m]
+        key = ordered[i]
+        if m == i and below < 0:
+            i = j  # deleted
+            continue
+        key_at[count] = key_base + key_start[key]
+        key_ln[count] = key_len[key]
+        if m == i:
+            value_at[count] = value_base + value_start[below]
+            value_ln[count] = value_len[below]
+        else:
+            start = used
+            first = True
+            if below >= 0:
+                if used + value_len[below] > extra.shape[0]:
+                    return count, used, MERGE_OUT_OF_BOUNDS, below
+                for k in range(value_len[below]):
+                    extra[used + k] = vb[value_start[below] + k]
+                used += value_len[below]
+                first = False
+            for t in range(m - 1, i - 1, -1):  # operands oldest first
+                op = ordered[t]
+                if used + value_len[op] + 1 > extra.shape[0]:
+                    return count, used, MERGE_OUT_OF_BOUNDS, op
+                if not first:
+                    extra[used] = LIST_DELIMITER
+                    used += 1
+                first = False
+                for k in range(value_len[op]):
+                    extra[used + k] = vb[value_start[op] + k]
+                used += value_len[op]
+            value_at[count] = extra_base + start
+            value_ln[count] = used - start
+        count += 1
+        i = j
+    return count, used, MERGE_OK, -1
