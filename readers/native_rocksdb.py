@@ -22,7 +22,7 @@ from statecat.readers.sst import ColumnFamilyView, SstFile
 from statecat.readers.sst.format import RANGE_DEL_BLOCK
 from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
 from statecat.statemeta.headers import open_stream
-from statecat.statemeta.metadata import InlineStream, NativeRocksDBHandle, RocksDBFile
+from statecat.statemeta.metadata import FileStream, InlineStream, NativeRocksDBHandle, RocksDBFile
 from statecat.statemeta.model import KeyedLocation
 from statecat.statemeta.storage import Storage
 
@@ -33,6 +33,7 @@ END_OF_KEY_GROUP = 0xFFFF
 # Small SSTs (inline handles inside _metadata) are read into memory whole; larger ones are read
 # through the file, block by block.
 INLINE_READ_LIMIT = 1 << 20
+SST_READ_BUFFER = 4096
 
 
 @dataclass(frozen=True)
@@ -122,16 +123,18 @@ def _display(storage: Storage, file: RocksDBFile) -> str:
 
 def _open_sst(storage, file: RocksDBFile, verify_checksums: bool):
     """An SstFile over the file's bytes, and the source to close afterwards."""
-    stream, name, base = open_stream(storage, file.stream, 0)
     size = file.stream.size
     display = _display(storage, file)
-    if base == 0 and not isinstance(file.stream, InlineStream):
-        source = stream
+    if isinstance(file.stream, FileStream) and file.stream.start == 0:
+        # SST reads jump between footer, index and data blocks: a small buffer reads little more.
+        source = storage.open(file.stream.path, buffer_size=SST_READ_BUFFER)
     else:
+        stream, name, base = open_stream(storage, file.stream, 0)
         # A segment of a larger file (inline bytes of _metadata, a file-merging segment).
         with stream:
             if size > INLINE_READ_LIMIT:
-                source = _Window(storage.open(file.stream.path), base, size)
+                path = storage.metadata_path if isinstance(file.stream, InlineStream) else file.stream.path
+                source = _Window(storage.open(path), base, size)
             else:
                 data = stream.read(size)
                 if len(data) != size:
@@ -230,7 +233,8 @@ class ColumnFamilyReader:
             lower = lower + keys[0]
             upper = _successor(lower) or upper
         if self.view is None:
-            runs = Runs([list(f.data_blocks(lower, upper)) for f in self.files])
+            spans = [f.data_span(lower, upper) for f in self.files]
+            runs = Runs([[span] if span is not None else [] for span in spans])
             runs.restrict(lower, upper)
             try:
                 resolved = runs.resolved()

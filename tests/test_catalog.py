@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from statecat.statemeta.errors import LookupFailedError
 
-from tests.fixtures.expected import CASES, CASES_DIR, load_expected, savepoint_dir
+from tests.fixtures.expected import CASES, CASES_DIR, is_successive, load_expected, phases, savepoint_dir
 
 GROUPBY_CASE = "sql_groupby_hashmap_2.3"
 GROUPBY_DB = "sql_groupby_hashmap_2_3"
@@ -276,13 +276,23 @@ def test_every_state_table_equals_the_reader(spark, case):
 @pytest.mark.parametrize("case", CASES)
 def test_every_state_of_every_fixture_reads_through_spark_as_the_reader_decodes_it(spark, case):
     """Whatever the readers decode (nested structs, lists, maps, timers, raw bytes) is queryable."""
+    _spark_reads_as_the_reader(spark, str(savepoint_dir(case)))
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("case", [c for c in CASES if is_successive(c)])
+def test_a_retained_incremental_checkpoint_reads_through_spark_as_the_reader_decodes_it(spark, case):
+    """Native RocksDB state (SST files shared with earlier checkpoints) through the data source."""
+    _spark_reads_as_the_reader(spark, str(phases(case)[-1]["checkpoint"]))
+
+
+def _spark_reads_as_the_reader(spark, path: str) -> None:
     from pyspark.sql import functions as F
     from pyspark.sql.types import MapType
 
     from statecat.readers import SavepointReader
     from statecat.statemeta.errors import StatecatError
 
-    path = str(savepoint_dir(case))
     reader = SavepointReader(path)
     for op, state in reader.meta.states():
         frame = (spark.read.format("flinkstate").option("path", path)

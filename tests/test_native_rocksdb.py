@@ -94,40 +94,43 @@ def test_a_flipped_byte_in_an_sst_data_block_is_a_checksum_error_naming_file_and
     assert failure.value.offset is not None
 
 
-def test_a_missing_checkpoint_file_is_an_error_naming_it_not_a_partial_table(tmp_path):
-    """A RocksDB file that is gone (a checkpoint Flink subsumed and deleted, a partial copy)."""
+def test_a_checkpoint_deleted_while_it_is_read_is_an_error_naming_the_file_not_a_partial_table(tmp_path):
+    """Flink subsumes a retained checkpoint and deletes its files while statecat reads it: the
+    files of the subtask not read yet vanish between two batches."""
+    import os
+
     from tests.fixtures.expected import phases
 
-    successive = [p for p in phases_of_every_case(phases) if p["checkpoint"]]
-    if not successive:
-        pytest.fail("no successive checkpoint fixture with files: see tests/fixtures/README.md")
-    first = successive[0]
+    first = phases("datastream_successive_2.3")[0]
     job = first["checkpoint"].parent
     copy = tmp_path / job.name
     shutil.copytree(job, copy)
-    checkpoint = copy / first["checkpoint"].name
-    handles = _native_handles(checkpoint)
-    victim = next(f for h in handles for f in h.sst_files if not isinstance(f.stream, InlineStream))
-    victim_path = victim.stream.path
-    reader = SavepointReader(str(checkpoint))
-    state = next(s for op in reader.meta.operators for s in op.states
-                 if s.is_keyed and any(loc.native and victim in loc.native.files for loc in s.locations))
-    import os
-
-    os.remove(victim_path)
+    reader = SavepointReader(str(copy / first["checkpoint"].name))
+    scanner = _scanner(reader, "count")
+    later = max(scanner.state.locations, key=lambda loc: loc.subtask)
+    assert later.subtask > min(loc.subtask for loc in scanner.state.locations)
+    batches = scanner.batches(sorted(scanner.state.locations, key=lambda loc: loc.subtask), batch_rows=1)
+    assert next(batches).num_rows > 0
+    deleted = [f.stream.path for f in later.native.sst_files]
+    for path in deleted:
+        os.remove(path)
     with pytest.raises(StatecatError) as failure:
-        for _ in _scanner(reader, state.name).batches():
+        for _ in batches:
             pass
-    assert os.path.basename(victim_path) in str(failure.value)
+    assert any(os.path.basename(path) in str(failure.value) for path in deleted), str(failure.value)
 
 
-def phases_of_every_case(phases):
-    from tests.fixtures.expected import CASES
+def test_a_truncated_sst_file_is_an_error_naming_it(tmp_path):
+    from tests.fixtures.expected import phases
 
-    out = []
-    for case in CASES:
-        try:
-            out.extend(phases(case))
-        except (KeyError, ValueError):
-            continue
-    return out
+    last = phases("sql_groupby_successive_2.3")[-1]
+    job = last["checkpoint"].parent
+    copy = tmp_path / job.name
+    shutil.copytree(job, copy)
+    checkpoint = copy / last["checkpoint"].name
+    victim = _native_handles(checkpoint)[0].sst_files[0].stream.path
+    with open(victim, "r+b") as f:
+        f.truncate(f.seek(0, 2) // 2)
+    with pytest.raises(StatecatError) as failure:
+        SavepointReader(str(checkpoint)).table("accState")
+    assert victim.rsplit("/", 1)[-1] in str(failure.value)

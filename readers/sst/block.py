@@ -203,6 +203,67 @@ def walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_t
     return n, total, BLOCK_OK, pos
 
 
+@numba.njit(cache=True, nogil=True)
+def walk_data_blocks(buf, block_at, block_restarts, block_num_restarts, fill, keys, key_start, key_len, seq, vtype,
+                     value_start, value_len, scratch):  # pragma: no cover - compiled
+    """``walk_block`` over several uncompressed data blocks laid back to back in ``buf``: returns
+    (entries, key bytes, error, failing block, error position in it). With ``fill`` the entries of
+    all blocks go to the arrays in order, values as positions in ``buf``."""
+    n = 0
+    total = 0
+    e64 = np.empty(0, dtype=np.int64)
+    e8 = np.empty(0, dtype=np.uint8)
+    eu64 = np.empty(0, dtype=np.uint64)
+    for b in range(block_at.shape[0]):
+        at = block_at[b]
+        block = buf[at:at + block_restarts[b] + 4 * block_num_restarts[b]]
+        if fill:
+            count, key_bytes, error, where = walk_block(
+                block, block_restarts[b], block_num_restarts[b], VALUES_LENGTH_PREFIXED, False, True, True,
+                keys[total:], key_start[n:], key_len[n:], seq[n:], vtype[n:], value_start[n:], value_len[n:],
+                e64, e64, scratch)
+            for i in range(n, n + count):
+                key_start[i] += total
+                value_start[i] += at
+        else:
+            count, key_bytes, error, where = walk_block(
+                block, block_restarts[b], block_num_restarts[b], VALUES_LENGTH_PREFIXED, False, True, False,
+                e8, e64, e64, eu64, e8, e64, e64, e64, e64, scratch)
+        if error != BLOCK_OK:
+            return n + count, total + key_bytes, error, b, where
+        n += count
+        total += key_bytes
+    return n, total, BLOCK_OK, -1, 0
+
+
+def decode_data_blocks(contents: list[bytes], offsets: list[int], display: str) -> "DecodedBlock":
+    """The entries of several uncompressed data blocks (``offsets``: where each is in the file) as
+    one DecodedBlock: one compiled walk for all, whose values index the blocks joined in ``data``."""
+    layouts = [restart_layout(data, display, offset) for data, offset in zip(contents, offsets)]
+    sizes = np.array([len(data) for data in contents], dtype=np.int64)
+    block_at = np.zeros(len(contents), dtype=np.int64)
+    np.cumsum(sizes[:-1], out=block_at[1:])
+    buf = np.frombuffer(b"".join(contents), dtype=np.uint8)
+    restarts = np.array([r for r, _ in layouts], dtype=np.int64)
+    num_restarts = np.array([c for _, c in layouts], dtype=np.int64)
+    scratch = np.empty(max(1, int(restarts.max(initial=1))), dtype=np.uint8)
+    e64 = np.empty(0, dtype=np.int64)
+    e8 = np.empty(0, dtype=np.uint8)
+    n, total, err, failed, at = walk_data_blocks(buf, block_at, restarts, num_restarts, False, e8, e64, e64,
+                                                 np.empty(0, dtype=np.uint64), e8, e64, e64, scratch)
+    if err != BLOCK_OK:
+        raise FormatError(f"data block entry: {BLOCK_ERRORS[err]}", file=display, offset=offsets[failed] + at,
+                          hint=f"{HINT_DAMAGED} (the data block starts at byte offset {offsets[failed]})")
+    keys = np.empty(total, dtype=np.uint8)
+    key_start, key_len, value_start, value_len = (np.empty(n, dtype=np.int64) for _ in range(4))
+    seq = np.empty(n, dtype=np.uint64)
+    vtype = np.empty(n, dtype=np.uint8)
+    walk_data_blocks(buf, block_at, restarts, num_restarts, True, keys, key_start, key_len, seq, vtype,
+                     value_start, value_len, scratch)
+    return DecodedBlock(offsets[0] if offsets else 0, buf, keys, key_start, key_len, seq, vtype, value_start,
+                        value_len)
+
+
 @dataclass
 class DecodedBlock:
     """The entries of one block as numpy arrays: full user keys back to back in ``keys``

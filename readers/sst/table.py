@@ -15,6 +15,7 @@ from statecat.readers.sst.block import (
     VALUES_LENGTH_PREFIXED,
     DecodedBlock,
     decode_block,
+    decode_data_blocks,
     decode_index_values,
     read_block_bytes,
 )
@@ -227,6 +228,29 @@ class SstFile:
                 for handle in handles[start:stop]:
                     yield self._decode_data(handle, span)
             start = stop
+
+    def data_span(self, lower: bytes | None = None, upper: bytes | None = None) -> DecodedBlock | None:
+        """The data blocks ``data_blocks`` would give, decoded at once into one DecodedBlock (its
+        ``data`` the blocks back to back); None when there are none."""
+        handles = self.data_block_handles(lower, upper)
+        if not handles:
+            return None
+        contents = []
+        start = 0
+        while start < len(handles):
+            stop = start + 1
+            while (stop < len(handles) and handles[stop].offset == handles[stop - 1].offset + handles[stop - 1].size
+                   + BLOCK_TRAILER_SIZE and handles[stop].offset - handles[start].offset < SPAN_READ_BYTES):
+                stop += 1
+            first, last = handles[start], handles[stop - 1]
+            self.source.seek(first.offset)
+            span = _Span(self.source.read(last.offset + last.size + BLOCK_TRAILER_SIZE - first.offset), first.offset)
+            contents += [self.read_block(handle, "data block", span) for handle in handles[start:stop]]
+            start = stop
+        block = decode_data_blocks(contents, [h.offset for h in handles], self.display)
+        if self.global_seqno:
+            block.seq[:] = self.global_seqno
+        return block
 
     def entries(self, lower: bytes | None = None, upper: bytes | None = None
                 ) -> Iterator[tuple[bytes, int, int, bytes]]:
