@@ -280,7 +280,7 @@ class NativeKeyGroup(bytes):
 
     @classmethod
     def of(cls, buffer, positions) -> "NativeKeyGroup":
-        data = cls(buffer.tobytes() if hasattr(buffer, "tobytes") else buffer)
+        data = cls(buffer)  # one copy, straight from the array's memory
         data.positions = positions
         return data
 

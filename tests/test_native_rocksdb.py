@@ -134,3 +134,33 @@ def test_a_truncated_sst_file_is_an_error_naming_it(tmp_path):
     with pytest.raises(StatecatError) as failure:
         SavepointReader(str(checkpoint)).table("accState")
     assert victim.rsplit("/", 1)[-1] in str(failure.value)
+
+
+def _families_without_range_deletions():
+    """Column families of the RocksDB-written fixtures; those with range deletions read through
+    ColumnFamilyView instead (tests/test_sst_format.py)."""
+    from statecat.readers.sst.format import RANGE_DEL_BLOCK
+    from tests.test_sst_format import family, family_cases
+
+    cases = []
+    for case in family_cases():
+        _, files = family(*case.values)
+        if not any(RANGE_DEL_BLOCK in f.metaindex for f in files):
+            cases.append(case)
+    return cases
+
+
+@pytest.mark.parametrize(("version", "name"), _families_without_range_deletions())
+def test_the_compiled_merge_is_rocksdbs_iteration(version, name):
+    """readers/native_merge.py (one sort, or files in order when their ranges do not meet, then the
+    newest version of each key) against what RocksDB itself iterated over files it wrote."""
+    from statecat.readers.native_merge import Runs
+    from tests.test_sst_format import family
+
+    cf, files = family(version, name)
+    runs = Runs([[span] if (span := f.data_span()) is not None else [] for f in files])
+    runs.restrict(b"", None)
+    buffer, key_at, key_len, value_at, value_len = runs.resolved()
+    data = bytes(buffer)
+    got = [[data[k:k + n].hex(), data[v:v + m].hex()] for k, n, v, m in zip(key_at, key_len, value_at, value_len)]
+    assert got == cf["entries"]
