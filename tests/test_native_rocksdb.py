@@ -164,3 +164,26 @@ def test_the_compiled_merge_is_rocksdbs_iteration(version, name):
     data = bytes(buffer)
     got = [[data[k:k + n].hex(), data[v:v + m].hex()] for k, n, v, m in zip(key_at, key_len, value_at, value_len)]
     assert got == cf["entries"]
+
+
+def test_watch_counts_a_checkpoint_complete_only_when_every_rocksdb_file_is_there(tmp_path):
+    """A chk-N still being copied (an SST short, another missing) is incomplete; watch waits."""
+    import os
+
+    from statecat.statemeta.completeness import required_sizes, shortfalls
+    from tests.fixtures.expected import phases
+
+    last = phases("datastream_successive_2.3")[-1]
+    job = last["checkpoint"].parent
+    copy = tmp_path / job.name
+    shutil.copytree(job, copy)
+    storage = open_storage(str(copy / last["checkpoint"].name))
+    needed = required_sizes(read_metadata(storage))
+    files = [f for h in _native_handles(copy / last["checkpoint"].name) for f in h.files]
+    assert {f.stream.path for f in files} <= set(needed)  # SSTs, MANIFEST, OPTIONS, CURRENT
+    assert shortfalls(storage, needed) == []
+    short, missing = files[0].stream.path, files[1].stream.path
+    with open(short, "r+b") as f:
+        f.truncate(1)
+    os.remove(missing)
+    assert {s.path: s.actual for s in shortfalls(storage, needed)} == {short: 1, missing: None}
