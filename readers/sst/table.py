@@ -210,24 +210,9 @@ class SstFile:
 
     def data_blocks(self, lower: bytes | None = None, upper: bytes | None = None) -> Iterator[DecodedBlock]:
         """The decoded data blocks whose key range can meet [lower, upper), in key order."""
-        handles = self.data_block_handles(lower, upper)
-        start = 0
-        while start < len(handles):
-            # Consecutive blocks are read with one call (a key-group's blocks lie side by side).
-            stop = start + 1
-            while (stop < len(handles) and handles[stop].offset == handles[stop - 1].offset + handles[stop - 1].size
-                   + BLOCK_TRAILER_SIZE and handles[stop].offset - handles[start].offset < SPAN_READ_BYTES):
-                stop += 1
-            if stop - start == 1:
-                yield self._decode_data(handles[start])
-            else:
-                first, last = handles[start], handles[stop - 1]
-                self.source.seek(first.offset)
-                span = _Span(self.source.read(last.offset + last.size + BLOCK_TRAILER_SIZE - first.offset),
-                             first.offset)
-                for handle in handles[start:stop]:
-                    yield self._decode_data(handle, span)
-            start = stop
+        for span, handles in self._spans(self.data_block_handles(lower, upper)):
+            for handle in handles:
+                yield self._decode_data(handle, span)
 
     def data_span(self, lower: bytes | None = None, upper: bytes | None = None) -> DecodedBlock | None:
         """The data blocks ``data_blocks`` would give, decoded at once into one DecodedBlock (its
@@ -235,18 +220,8 @@ class SstFile:
         handles = self.data_block_handles(lower, upper)
         if not handles:
             return None
-        contents = []
-        start = 0
-        while start < len(handles):
-            stop = start + 1
-            while (stop < len(handles) and handles[stop].offset == handles[stop - 1].offset + handles[stop - 1].size
-                   + BLOCK_TRAILER_SIZE and handles[stop].offset - handles[start].offset < SPAN_READ_BYTES):
-                stop += 1
-            first, last = handles[start], handles[stop - 1]
-            self.source.seek(first.offset)
-            span = _Span(self.source.read(last.offset + last.size + BLOCK_TRAILER_SIZE - first.offset), first.offset)
-            contents += [self.read_block(handle, "data block", span) for handle in handles[start:stop]]
-            start = stop
+        contents = [self.read_block(handle, "data block", span) for span, chunk in self._spans(handles)
+                    for handle in chunk]
         block = decode_data_blocks(contents, [h.offset for h in handles], self.display)
         if self.global_seqno:
             block.seq[:] = self.global_seqno
@@ -293,6 +268,20 @@ class SstFile:
         if not len(first) or not len(last):
             return None
         return first.key_list()[0], last.key_list()[-1]
+
+    def _spans(self, handles: list[BlockHandle]) -> Iterator[tuple["_Span", list[BlockHandle]]]:
+        """Runs of consecutive blocks, each read with one call (a key-group's blocks lie side by side)."""
+        start = 0
+        while start < len(handles):
+            stop = start + 1
+            while (stop < len(handles) and handles[stop].offset == handles[stop - 1].offset + handles[stop - 1].size
+                   + BLOCK_TRAILER_SIZE and handles[stop].offset - handles[start].offset < SPAN_READ_BYTES):
+                stop += 1
+            first, last = handles[start], handles[stop - 1]
+            self.source.seek(first.offset)
+            yield (_Span(self.source.read(last.offset + last.size + BLOCK_TRAILER_SIZE - first.offset), first.offset),
+                   handles[start:stop])
+            start = stop
 
     def _decode_data(self, handle: BlockHandle, source=None) -> DecodedBlock:
         block = decode_block(self.read_block(handle, "data block", source), self.display, handle.offset,
