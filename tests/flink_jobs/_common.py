@@ -228,18 +228,7 @@ def stop_with_savepoint(job_client, target_dir, fmt_name="CANONICAL", timeout=30
 
 def retained_checkpoint(rest, job_client, work, timeout=300):
     """Triggers a checkpoint through REST, waits for it, cancels the job; returns chk-N's path."""
-    trigger = rest.post(f"/jobs/{rest.job_id}/checkpoints", {})["request-id"]
-    status = {}
-
-    def completed():
-        status.update(rest.get(f"/jobs/{rest.job_id}/checkpoints/{trigger}"))
-        if status.get("status", {}).get("id") != "COMPLETED":
-            return False
-        if "failure-cause" in status.get("operation", {}):
-            raise RuntimeError(f"checkpoint failed: {status['operation']['failure-cause']}")
-        return True
-    wait_until(completed, timeout, "the triggered checkpoint to complete")
-    checkpoint_id = status["operation"]["checkpointId"]
+    checkpoint_id = trigger_checkpoint(rest, timeout)
     job_client.cancel().result()
     return os.path.join(os.path.abspath(work), "checkpoints", str(job_client.get_job_id()), f"chk-{checkpoint_id}")
 
