@@ -76,8 +76,10 @@ def report_html(savepoint: str | StateMeta, *, top: int = DEFAULT_TOP_KEYS, para
 
     meta = savepoint if isinstance(savepoint, StateMeta) else load_state_meta(savepoint)
     sizes = skew.state_sizes(meta)
-    keyed = sorted((row for row in sizes if row.kind in ("keyed", "timer") and row.entries),
-                   key=lambda row: -row.bytes)
+    # Native RocksDB states know their bytes but not their entries (state_bytes): they count too.
+    keyed = sorted((row for row in sizes if row.kind in ("keyed", "timer")
+                    and (row.entries or (row.entries is None and row.bytes))),
+                   key=lambda row: -(row.bytes or 0))
     shown = keyed[:max_states]
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>statecat report: {escape(meta.path)}"

@@ -191,9 +191,19 @@ def savepoint_bytes(meta: StateMeta) -> dict[str, OperatorBytes]:
 
 def key_group_bytes(meta: StateMeta, operator: OperatorMeta) -> Iterator[KeyGroupBytes]:
     """Every keyed state's share of every non-empty key-group of every subtask (per-key-group
-    statistics): what ``operator_bytes`` sums."""
+    statistics): what ``operator_bytes`` sums. A native RocksDB instance keeps no per-key-group
+    sizes: its states' key-groups count their live entries' key and value bytes."""
     for located in _keyed_streams(operator).values():
-        yield from keyed_stream_bytes(meta, operator, located)[0]
+        if located[0][1].native is None:
+            yield from keyed_stream_bytes(meta, operator, located)[0]
+            continue
+        for state, location in located:
+            walker = _KeyGroupWalker(meta, operator, state)
+            for key_group, data, file, base in walker._key_groups(location, None):
+                _, (_, key_len, _, value_len) = walker._locate(key_group, data, location, file, base)
+                if len(key_len):
+                    yield KeyGroupBytes(location.subtask, key_group, state.name, len(key_len),
+                                        int(key_len.sum()) + int(value_len.sum()))
 
 
 def operator_stream_bytes(meta: StateMeta, operator_id: str) -> int:
