@@ -187,3 +187,14 @@ def test_watch_counts_a_checkpoint_complete_only_when_every_rocksdb_file_is_ther
         f.truncate(1)
     os.remove(missing)
     assert {s.path: s.actual for s in shortfalls(storage, needed)} == {short: 1, missing: None}
+
+
+def test_key_group_statistics_of_a_checkpoint_count_its_entries():
+    """The report's skew and rescale preview (readers/skew.py) on native RocksDB state."""
+    from statecat.readers.skew import key_group_stats
+    from tests.fixtures.expected import phases
+
+    last = phases("sql_groupby_successive_2.3")[-1]
+    rows = next(s["rows"] for _, s in iter_states(last["expected"]) if s["name"] == "accState")
+    groups = key_group_stats(str(last["checkpoint"]), "accState")
+    assert sum(g.entries for g in groups) == len(rows) > 0
