@@ -294,8 +294,44 @@ def _first_line(exc: BaseException) -> str:
     return message if message is not None else str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
+# Hive's Hive.registerAllFunctionsOnce states (hive-exec 2.3: a static AtomicInteger).
+HIVE_FUNCTIONS_REGISTERED = 2
+
+
+def skip_hive_function_registry(spark) -> None:
+    """Marks Hive's own function registry as loaded, so Hive never loads it.
+
+    A JDBC session's close (and any thread that gets a fresh ``Hive`` object) calls
+    ``Hive.reloadFunctions``, whose first touch of ``FunctionRegistry`` fails in pyspark's jars: its
+    static initialiser needs hive-llap-common (``LlapSigner$Signable``), which the wheel does not ship
+    (SPARK-51041). Hive catches only ``Exception``, so that ``NoClassDefFoundError`` leaves the
+    registration "pending" and every later caller waits on it forever: a client hangs or its close
+    fails, depending on which thread gets there first. Spark resolves functions itself and never asks
+    Hive's registry, so marking it loaded loses nothing."""
+    jvm = spark._jvm
+    field = jvm.java.lang.Class.forName("org.apache.hadoop.hive.ql.metadata.Hive").getDeclaredField("didRegisterAllFuncs")
+    field.setAccessible(True)
+    # py4j hands an AtomicInteger to Python as a plain int: get it and set it inside the JVM, as one
+    # method handle composed of the field's getter and AtomicInteger.set.
+    lookup = jvm.java.lang.invoke.MethodHandles.publicLookup()
+    atomic_set = lookup.unreflect(jvm.java.lang.Class.forName("java.util.concurrent.atomic.AtomicInteger")
+                                  .getMethod("set", _java_types(spark, jvm.java.lang.Integer.TYPE)))
+    set_registered = jvm.java.lang.invoke.MethodHandles.collectArguments(atomic_set, 0, lookup.unreflectGetter(field))
+    arguments = jvm.java.util.ArrayList()
+    arguments.add(HIVE_FUNCTIONS_REGISTERED)
+    set_registered.invokeWithArguments(arguments)
+
+
+def _java_types(spark, *types):
+    array = spark.sparkContext._gateway.new_array(spark._jvm.java.lang.Class, len(types))
+    for i, java_type in enumerate(types):
+        array[i] = java_type
+    return array
+
+
 def start_thrift_server(spark, settings: dict[str, str]):
     """Starts HiveThriftServer2 on the session; ``settings`` (hive.server2.*) apply to it."""
+    skip_hive_function_registry(spark)
     # The server takes its HiveConf from a Hive client built on the session's Hadoop configuration (which
     # takes in the session's settings), unless this thread already has a Hive SessionState (it has, once
     # the catalog was used): then that state's HiveConf, so the settings go there too.

@@ -157,6 +157,26 @@ def server(tmp_path_factory):
         metastore.stop(str(home))
 
 
+def test_a_fresh_hive_client_never_loads_hive_s_function_registry(tmp_path):
+    """What each Thrift session's close does (a fresh ``Hive`` on its thread) must not touch Hive's
+    FunctionRegistry, which cannot load from pyspark's jars and, once failed, hangs every later caller."""
+    from statecat.catalog.sessions import session
+    from statecat.catalog.thrift_server import skip_hive_function_registry
+
+    spark = session(str(tmp_path / "home"), quiet=True)
+    try:
+        skip_hive_function_registry(spark)
+        jvm = spark._jvm
+        hive = jvm.org.apache.hadoop.hive.ql.metadata.Hive
+        hive.closeCurrent()
+        assert hive.get(jvm.org.apache.hadoop.hive.conf.HiveConf()) is not None
+    finally:
+        spark.stop()
+        from statecat.catalog import metastore
+
+        metastore.stop(str(tmp_path / "home"))
+
+
 def test_serve_json_and_the_line_name_the_server(server):
     info = server.info
     assert (info["host"], info["port"], info["auth"], info["pid"]) == ("127.0.0.1", server.port, "none",
