@@ -1,7 +1,7 @@
 """statecat's full scan of a native RocksDB snapshot beside Flink's own restore of it (issue 8).
 
     flock /tmp/statecat-heavy.lock .venv/bin/python bench/bench_native.py SNAPSHOT_DIR [--repeat 3] [--key KEY]
-    flock /tmp/statecat-heavy.lock .venv/bin/python bench/bench_native.py --generate DIR --keys 56000000
+    flock /tmp/statecat-heavy.lock .venv/bin/python bench/bench_native.py --generate DIR --keys 52000000
 
 SNAPSHOT_DIR is a retained RocksDB checkpoint (``chk-N``) or a NATIVE savepoint. In one run (one
 after the other, or side by side with ``--concurrent``): statecat reads every keyed state (rows/s,
@@ -11,18 +11,22 @@ with Flink's own RocksDB restore classes and iterates every column family (pinne
 read (time, and bytes read as a fraction of the snapshot's bytes) and the peak resident memory of
 the scan. Run it under the heavy-jobs lock: it starts a JVM.
 
-``--generate DIR --keys N`` first produces, with real Flink (tests/fixtures/generate.py, case
-``sql_groupby_successive_2.3``: SQL GROUP BY on RocksDB, incremental checkpoints, every SST a file,
-LZ4), a job fed in three phases that ends with about N keys, and measures its last retained
-incremental checkpoint (DIR/sql_groupby_successive_2.3-N/checkpoints/<job>/chk-M; reused when
-there). The checkpoint takes about 18.5 bytes per key: 56 M keys give about 1 GB (the case
-directory, with its input and three canonical savepoints, about 15 GB; generating it took 21 min here).
+``--generate DIR --keys N`` first produces, with real Flink, the retained incremental checkpoints
+of case ``sql_groupby_successive_2.3`` (SQL GROUP BY on RocksDB, incremental checkpoints, every SST
+a file, LZ4, partitioned index, FIFO compaction: later checkpoints reuse the earlier ones' SSTs)
+fed in three phases that end with exactly N keys, and measures the last one
+(DIR/sql_groupby_successive_2.3-N/checkpoints/<job>/chk-M; reused when there). Checkpoints only
+(tests.fixtures.generate.generate_successive_checkpoints): no savepoints, no expected rows, the
+input written with numpy and deleted after; bench-generated.json records the number of distinct
+keys of the input, which the full scan's row count must equal. About 21 bytes per key: 52 M keys
+give about 1.1 GB.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import resource
 import shutil
@@ -40,40 +44,75 @@ from statecat.readers import SavepointReader, StatecatError  # noqa: E402
 FLINK_RESTORE = REPO / "bench" / "java-native" / "run.sh"
 GENERATED_CASE = "sql_groupby_successive_2.3"
 GENERATED_INFO = "bench-generated.json"
+# With the MiniCluster's default 128 MB of managed memory RocksDB flushes 4 MB files, and every
+# lookup of a new key probes all of them: tens of millions of keys would take hours. 2 GB of
+# managed memory and 128 MB write buffers give SSTs of tens of MB, as on a real TaskManager.
+GENERATE_CONF = {"taskmanager.memory.managed.size": "2g", "state.backend.rocksdb.writebuffer.size": "128mb"}
 
 
 # --------------------------------------------------------------------------- the snapshot
 
-def generate(directory: Path, keys: int) -> Path:
-    """The last retained checkpoint of a GROUP BY job over ``keys`` keys, generated once."""
+def write_phases(keys: int, p: dict, staging: Path, input_dir: Path):
+    """The input of the three phases, written fast (numpy, a few lines per call): phase 1
+    inserts keys - 2 * (keys // 20) keys in random order; phases 2 and 3 each add keys // 20 new
+    keys and update as many existing ones (their SSTs are the increments of the last
+    checkpoint, with older versions of the updated keys below them). Records p["keys"], the
+    number of distinct keys the input holds."""
+    import numpy as np
+
+    rng = np.random.default_rng(p["seed"])
+    step = keys // 20
+    first = keys - 2 * step
+    start = p["key_start"]
+    phase_ids = [start + rng.permutation(first)]
+    for ph in (2, 3):
+        known = first + (ph - 2) * step
+        new = start + known + np.arange(step)
+        phase_ids.append(rng.permutation(np.concatenate([new, start + rng.integers(0, known, step)])))
+    p["keys"] = int(np.unique(np.concatenate(phase_ids)).size)  # what the scan must count
+    phases, total = [], 0
+    for ph, ids in enumerate(phase_ids, 1):
+        d = staging / f"phase-{ph}"
+        d.mkdir(parents=True)
+        amounts = rng.integers(-1000, 1001, ids.size)
+        for part in range(p["parallelism"]):
+            with open(d / f"part-{part}.csv", "w") as out:
+                for lo in range(part, ids.size, 1_000_000 * p["parallelism"]):
+                    hi = lo + 1_000_000 * p["parallelism"]
+                    out.write("".join(map("key_{},{}\n".format, ids[lo:hi:p["parallelism"]].tolist(),
+                                          amounts[lo:hi:p["parallelism"]].tolist())))
+        total += ids.size
+        phases.append((d, total))
+    p["records"] = total
+    return ["--input", str(input_dir), "--records", str(total)], phases
+
+
+def generate(directory: Path, keys: int) -> tuple[Path, dict]:
+    """The last retained checkpoint of a GROUP BY job ending with ``keys`` keys (generated
+    once), and what the generation recorded (bench-generated.json)."""
     case = directory / f"{GENERATED_CASE}-{keys}"
     info = case / GENERATED_INFO
-    if info.is_file():
-        return case / json.loads(info.read_text())["checkpoint"]
-    from tests.fixtures import generate as fixtures
+    if not info.is_file():
+        from tests.fixtures import generate as fixtures
 
-    if GENERATED_CASE not in fixtures.CASES:
-        sys.exit(f"error: tests/fixtures/generate.py has no case {GENERATED_CASE} yet; once it has, run this "
-                 "again (or generate it by hand: .venv/bin/python -c \"from tests.fixtures.generate import "
-                 f"generate_case; generate_case('{GENERATED_CASE}', '{directory}', keys={4 * keys}, "
-                 f"first_phase_keys={4 * keys}, phase_records=[{keys}, {keys // 10}, {keys // 10}])\")")
-
-    def write_info(case_dir, case_id, p):
-        # Instead of expected-phase-K.json: the rows of millions of keys (GBs of JSON, minutes of
-        # CPU) are not needed to measure; the checkpoint's path is.
-        (Path(case_dir) / GENERATED_INFO).write_text(json.dumps({
-            "params": p, "checkpoint": f"checkpoints/{p['job_id']}/chk-{p['checkpoint_ids'][-1]}"}))
-
-    fixtures.write_successive_expected = write_info
-    print(f"generating an incremental RocksDB checkpoint of about {keys:,} keys with Flink (once) ...",
-          file=sys.stderr)
-    # Phase 1 draws `keys` records from a key space 4x as large (88 % of the draws are distinct
-    # keys), phases 2 and 3 a tenth as many each (mostly new keys, some updates): their SST files
-    # are the increments of the last checkpoint, which ends up with about `keys` keys.
-    fixtures.generate_case(GENERATED_CASE, directory, keys=4 * keys, first_phase_keys=4 * keys,
-                           phase_records=[keys, keys // 10, keys // 10])
-    (directory / GENERATED_CASE).rename(case)
-    return case / json.loads(info.read_text())["checkpoint"]
+        print(f"generating incremental RocksDB checkpoints of {keys:,} keys with Flink (once) ...", file=sys.stderr)
+        started = time.monotonic()
+        directory.mkdir(parents=True, exist_ok=True)
+        done, p = fixtures.generate_successive_checkpoints(
+            GENERATED_CASE, directory, lambda p, staging, input_dir: write_phases(keys, p, staging, input_dir),
+            conf=GENERATE_CONF, key_start=10_000_000, seed=8)
+        done.rename(case)
+        (case / GENERATED_INFO).write_text(json.dumps({
+            "keys": p["keys"], "records": p["records"], "params": p, "generate_s": time.monotonic() - started,
+            "checkpoint": f"checkpoints/{p['job_id']}/chk-{p['checkpoint_ids'][-1]}"}))
+    recorded = json.loads(info.read_text())
+    # The incremental part: the last checkpoint's shared files that the earlier ones uploaded.
+    job = case / "checkpoints" / recorded["params"]["job_id"]
+    metadata = [(job / f"chk-{i}" / "_metadata").read_bytes() for i in recorded["params"]["checkpoint_ids"]]
+    last = [f.name.encode() for f in (job / "shared").iterdir() if b"/shared/" + f.name.encode() in metadata[-1]]
+    recorded["shared_files"] = len(last)
+    recorded["shared_files_from_earlier"] = sum(any(b"/shared/" + name in m for m in metadata[:-1]) for name in last)
+    return case / recorded["checkpoint"], recorded
 
 
 def directory_bytes(path: Path) -> int:
@@ -185,11 +224,11 @@ def statecat_side(snapshot: Path, repeat: int, key: str | None) -> dict:
 
 # --------------------------------------------------------------------------- report
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("snapshot", nargs="?", type=Path, help="chk-N or a NATIVE savepoint (directory with _metadata)")
     parser.add_argument("--generate", type=Path, metavar="DIR", help="generate the snapshot into DIR first (with --keys)")
-    parser.add_argument("--keys", type=int, default=56_000_000, help="about how many keys (--generate)")
+    parser.add_argument("--keys", type=int, default=52_000_000, help="how many keys (--generate)")
     parser.add_argument("--repeat", type=int, default=3, help="measured passes of each side (best / median)")
     parser.add_argument("--key", help="key of the single-key read (default: one the full scan read, from the "
                         "middle of the biggest state's first batch)")
@@ -202,8 +241,15 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()),
                         help="where Flink's restore puts its RocksDB instances (deleted after)")
     args = parser.parse_args()
+    generated, status = None, 0
     if args.generate:
-        snapshot = generate(args.generate.resolve(), args.keys)
+        # generated in a child process: the input's arrays must not count in this one's peak RSS
+        child = multiprocessing.get_context("fork").Process(target=generate, args=(args.generate.resolve(), args.keys))
+        child.start()
+        child.join()
+        if child.exitcode:
+            sys.exit(f"error: generating the checkpoint failed (exit {child.exitcode})")
+        snapshot, generated = generate(args.generate.resolve(), args.keys)
     elif args.snapshot:
         snapshot = args.snapshot.resolve()
     else:
@@ -213,6 +259,10 @@ def main() -> None:
     cpus = sorted(os.sched_getaffinity(0))
     key = args.key
     print(f"snapshot: {snapshot}")
+    if generated and "shared_files" in generated:
+        print(f"generated: {generated['keys']:,} keys from {generated['records']:,} input records in "
+              f"{generated['generate_s']:.0f} s; the checkpoint's {generated['shared_files']} shared files include "
+              f"{generated['shared_files_from_earlier']} uploaded by the earlier checkpoints")
 
     flink = None
     work = Path(tempfile.mkdtemp(prefix="flink-native-work-", dir=args.work))
@@ -248,6 +298,11 @@ def main() -> None:
               f"snapshot (best of {args.repeat})")
         for (op_id, state), rows in mine["per_state"].items():
             print(f"  {state} ({op_id[:8]}): {rows:,} rows")
+        if generated:
+            verdict = "as the input implies" if mine["rows"] == generated["keys"] else "MISMATCH: the input implies"
+            print(f"  row count check: {mine['rows']:,} rows, {verdict} {generated['keys']:,} keys "
+                  f"(one row per key; the job's other states are empty)")
+            status = 0 if mine["rows"] == generated["keys"] else 1
         print(f"statecat peak resident memory: {mine['rss_scan_mb']:.0f} MB after the scans "
               f"({mine['rss_before_mb']:.0f} MB before them)")
         one = mine.get("single_key")
@@ -266,7 +321,7 @@ def main() -> None:
     if ref is None:
         if not args.no_flink:
             print("Flink's restore: no figures (see above)")
-        return
+        return status
     sec = ref["seconds"]
     flink_rate = ref["entries_per_s"]
     print(f"Flink's restore + iterate ({ref['handles']} native handles, {ref['transfer_threads']} transfer thread, "
@@ -288,8 +343,9 @@ def main() -> None:
               f"{mine['rows'] / mine['seconds'] / ref['iterate_entries_per_s']:.2f})")
     else:
         print("statecat / Flink per core: - (statecat did not read the snapshot)")
+    return status
 
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    main()
+    sys.exit(main())

@@ -4,8 +4,9 @@ The SST files of a column family are sorted runs of internal keys (user key asce
 sequence number first); RocksDB's answer for a user key is its newest version: a Put's value, a
 Deletion's absence, or Merge operands combined with the version below them (Flink's list state:
 the base value, then the operands oldest first, joined by ','). ``Runs.resolved`` orders every
-version of the key-group with one sort of fixed-width records (the key as big-endian words, its
-length, the complemented sequence number), then keeps each key's newest version in compiled code.
+version of the key-group by one compiled merge of the files' runs on fixed-width records (the key
+as big-endian words, its length, the sequence number descending), then keeps each key's newest
+version in compiled code.
 It returns positions into one buffer of the decoded keys and values, which the scanner's
 column-wise extraction and record decoders read as they read a savepoint key-group's. Range
 deletions are not handled here: a column family with any goes through ``readers.sst.ColumnFamilyView``.
@@ -112,7 +113,10 @@ class Runs:
             return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
         self.keys = joined(keys, np.uint8)
-        self.values = joined(values, np.uint8)
+        # The decoded blocks stay apart: resolved() copies them once, into the buffer it returns.
+        self.value_parts = values
+        self.values_size = value_base
+        self._values = None
         self.key_start = joined(key_start, np.int64)
         self.key_len = joined(key_len, np.int64)
         self.value_start = joined(value_start, np.int64)
@@ -121,6 +125,13 @@ class Runs:
         self.vtype = joined(vtype, np.uint8)
         self.begin = np.array(begin, dtype=np.int64)
         self.end = np.array(end, dtype=np.int64)
+
+    @property
+    def values(self) -> np.ndarray:
+        """The decoded blocks back to back (``value_start`` indexes them)."""
+        if self._values is None:
+            self._values = np.concatenate(self.value_parts) if self.value_parts else np.empty(0, dtype=np.uint8)
+        return self._values
 
     def restrict(self, lower: bytes, upper: bytes | None) -> None:
         """Keeps each run's entries with a user key in [lower, upper)."""
@@ -132,13 +143,13 @@ class Runs:
         positions into one buffer holding the decoded keys, the decoded values and the values merge
         operands combine into. None when keys are too long for the sorted path (see ``MAX_SORT_WORDS``)."""
         idx = _live_indexes(self.begin, self.end)
-        if (self.key_start[idx] + self.key_len[idx] > self.keys.shape[0]).any() or (
-                self.value_start[idx] + self.value_len[idx] > self.values.shape[0]).any():
+        longest, merges = _live_sizes(idx, self.key_start, self.key_len, self.value_start, self.value_len, self.vtype,
+                                      self.keys.shape[0], self.values_size)
+        if longest < 0:
             raise MergeFailure(MERGE_OUT_OF_BOUNDS, -1)
         if idx.shape[0] == 0:
             return np.empty(0, dtype=np.uint8), *(np.empty(0, dtype=np.int64) for _ in range(4))
         skip = _common_prefix(self.keys, self.key_start, self.key_len, self.begin, self.end)
-        longest = int(self.key_len[idx].max())
         words = max(1, (longest - skip + 7) // 8)
         if words > MAX_SORT_WORDS:
             return None
@@ -151,26 +162,24 @@ class Runs:
             starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # each run's place in idx
             order = np.concatenate([np.arange(starts[r], starts[r] + lengths[r]) for r in run_order])
         else:
-            # One sort of fixed-width records (the key as big-endian words, its length, then the
-            # complemented sequence number: newest first) orders the versions as RocksDB does;
-            # the stable sort merges the files' sorted runs.
-            record = np.empty(idx.shape[0], dtype=[("key", ">u8", (words,)), ("length", ">u8"), ("newest", ">u8")])
-            record["key"] = heads
-            record["length"] = self.key_len[idx]
-            record["newest"] = ~self.seq[idx]
-            order = np.argsort(record.view(np.dtype((np.void, record.dtype.itemsize))), kind="stable")
+            # Each file is a sorted run: a compiled merge of the runs by (the key as big-endian
+            # words, its length, the sequence number descending: newest first) orders the
+            # versions as RocksDB does, in n log(files) comparisons (a sort took n log n).
+            order = _merge_runs(heads, self.key_len, self.seq, idx, np.maximum(self.end - self.begin, 0))
         ordered = idx[order]
         key_base = 0
         value_base = self.keys.shape[0]
-        extra_base = value_base + self.values.shape[0]
-        extra = np.empty(int(self.value_len[ordered].sum()) + ordered.shape[0], dtype=np.uint8)
+        extra_base = value_base + self.values_size
+        # merge operands (list state) are joined into ``extra``; without any it stays empty
+        extra = np.empty(int(self.value_len[ordered].sum()) + ordered.shape[0] if merges else 0, dtype=np.uint8)
         positions = [np.empty(ordered.shape[0], dtype=np.int64) for _ in range(4)]
         count, extra_used, error, at = _resolve(ordered, heads[order], self.key_start, self.key_len, self.vtype,
-                                                self.values, self.value_start, self.value_len, key_base,
-                                                value_base, extra_base, extra, *positions)
+                                                self.values if merges else extra, self.value_start,
+                                                self.value_len, key_base, value_base, extra_base, extra,
+                                                *positions)
         if error != MERGE_OK:
             raise MergeFailure(error, int(self.vtype[at]) if at >= 0 else -1)
-        buffer = np.concatenate((self.keys, self.values, extra[:extra_used]))
+        buffer = np.concatenate((self.keys, *self.value_parts, extra[:extra_used]))
         return buffer, *(p[:count] for p in positions)
 
 
@@ -230,7 +239,90 @@ def _heads_of(kb, key_start, key_len, idx, skip, heads):  # pragma: no cover - c
 
 
 @numba.njit(cache=True, nogil=True)
+def _live_sizes(idx, key_start, key_len, value_start, value_len, vtype, keys_size, values_size):  # pragma: no cover
+    """(longest key, whether any is a merge operand) of the entries ``idx``; (-1, False) when
+    one lies outside its decoded arrays."""
+    longest = 0
+    merges = False
+    for i in idx:
+        if key_start[i] < 0 or key_start[i] + key_len[i] > keys_size or value_start[i] < 0 or (
+                value_start[i] + value_len[i] > values_size):
+            return -1, False
+        longest = max(longest, key_len[i])
+        merges = merges or vtype[i] == TYPE_MERGE
+    return longest, merges
+
+
+@numba.njit(cache=True, nogil=True)
+def _before(heads, key_len, seq, idx, a, b):  # pragma: no cover - compiled
+    """Whether row a (entry idx[a]) sorts before row b in internal-key order."""
+    for w in range(heads.shape[1]):
+        x = heads[a, w]
+        y = heads[b, w]
+        if x != y:
+            return x < y
+    la = key_len[idx[a]]
+    lb = key_len[idx[b]]
+    if la != lb:
+        return la < lb
+    return seq[idx[a]] > seq[idx[b]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _merge_runs(heads, key_len, seq, idx, run_lengths):  # pragma: no cover - compiled
+    """The order of rows 0..n-1 (laid out as consecutive sorted runs of ``run_lengths``) in
+    internal-key order: adjacent runs merged pairwise until one is left; stable (on a tie the
+    earlier run's row comes first)."""
+    n = heads.shape[0]
+    src = np.arange(n)
+    dst = np.empty(n, dtype=np.int64)
+    bounds = np.empty(run_lengths.shape[0] + 1, dtype=np.int64)
+    runs = 0
+    bounds[0] = 0
+    for r in range(run_lengths.shape[0]):
+        if run_lengths[r] > 0:
+            bounds[runs + 1] = bounds[runs] + run_lengths[r]
+            runs += 1
+    while runs > 1:
+        merged = 0
+        for p in range(0, runs, 2):
+            lo = bounds[p]
+            if p + 1 == runs:  # the odd run out is copied as it is
+                for k in range(lo, bounds[p + 1]):
+                    dst[k] = src[k]
+            else:
+                i = lo
+                mid = bounds[p + 1]
+                j = mid
+                hi = bounds[p + 2]
+                k = lo
+                while i < mid and j < hi:
+                    if _before(heads, key_len, seq, idx, src[j], src[i]):
+                        dst[k] = src[j]
+                        j += 1
+                    else:
+                        dst[k] = src[i]
+                        i += 1
+                    k += 1
+                while i < mid:
+                    dst[k] = src[i]
+                    i += 1
+                    k += 1
+                while j < hi:
+                    dst[k] = src[j]
+                    j += 1
+                    k += 1
+            bounds[merged] = lo
+            merged += 1
+        bounds[merged] = bounds[runs]
+        runs = merged
+        src, dst = dst, src
+    return src
+
+
+@numba.njit(cache=True, nogil=True)
 def _same_key(heads, key_len, ordered, a, b):  # pragma: no cover - compiled
+    """Whether rows a and b (entries ordered[a], ordered[b]) have the same user key."""
     if key_len[ordered[a]] != key_len[ordered[b]]:
         return False
     for w in range(heads.shape[1]):

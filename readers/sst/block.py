@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import cramjam
 import numba
 import numpy as np
+from xxhash import xxh3_64_intdigest
 
 from statecat.readers.sst.format import (
     BLOCK_TRAILER_SIZE,
@@ -33,6 +34,7 @@ from statecat.readers.sst.format import (
     ZSTD,
     ZSTD_NOT_FINAL,
     BlockHandle,
+    XXH3,
     VarintError,
     block_checksum,
     context_modifier,
@@ -132,8 +134,9 @@ def walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_t
         if pos + ns > restarts_at:
             return n, total, BLOCK_OVERRUN, entry_at
         klen = sh + ns
-        for j in range(ns):
-            scratch[sh + j] = buf[pos + j]
+        if fill:  # counting needs the lengths only
+            for j in range(ns):
+                scratch[sh + j] = buf[pos + j]
         pos += ns
         prev_len = klen
         ukey_len = klen
@@ -239,13 +242,22 @@ def walk_data_blocks(buf, block_at, block_restarts, block_num_restarts, fill, ke
 def decode_data_blocks(contents: list[bytes], offsets: list[int], display: str) -> "DecodedBlock":
     """The entries of several uncompressed data blocks (``offsets``: where each is in the file) as
     one DecodedBlock: one compiled walk for all, whose values index the blocks joined in ``data``."""
-    layouts = [restart_layout(data, display, offset) for data, offset in zip(contents, offsets)]
     sizes = np.array([len(data) for data in contents], dtype=np.int64)
-    block_at = np.zeros(len(contents), dtype=np.int64)
+    return decode_joined_blocks(np.frombuffer(b"".join(contents), dtype=np.uint8), sizes, offsets, display)
+
+
+def decode_joined_blocks(buf: np.ndarray, sizes: np.ndarray, offsets: list[int], display: str) -> "DecodedBlock":
+    """``decode_data_blocks`` over uncompressed blocks already laid back to back in ``buf``
+    (``sizes``: each block's length)."""
+    block_at = np.zeros(sizes.shape[0], dtype=np.int64)
     np.cumsum(sizes[:-1], out=block_at[1:])
-    buf = np.frombuffer(b"".join(contents), dtype=np.uint8)
-    restarts = np.array([r for r, _ in layouts], dtype=np.int64)
-    num_restarts = np.array([c for _, c in layouts], dtype=np.int64)
+    restarts = np.empty(sizes.shape[0], dtype=np.int64)
+    num_restarts = np.empty(sizes.shape[0], dtype=np.int64)
+    failed = _restart_layouts(buf, block_at, sizes, MAX_HASH_INDEX_BLOCK, restarts, num_restarts)
+    if failed >= 0:  # the Python reading of that block raises the error with its details
+        at = int(block_at[failed])
+        restart_layout(buf[at:at + int(sizes[failed])].tobytes(), display, offsets[failed])
+        raise AssertionError("restart layout checks disagree")  # pragma: no cover
     scratch = np.empty(max(1, int(restarts.max(initial=1))), dtype=np.uint8)
     e64 = np.empty(0, dtype=np.int64)
     e8 = np.empty(0, dtype=np.uint8)
@@ -262,6 +274,112 @@ def decode_data_blocks(contents: list[bytes], offsets: list[int], display: str) 
                      value_start, value_len, scratch)
     return DecodedBlock(offsets[0] if offsets else 0, buf, keys, key_start, key_len, seq, vtype, value_start,
                         value_len)
+
+
+@numba.njit(cache=True, nogil=True)
+def _restart_layouts(buf, block_at, sizes, max_hash_index_block, restarts, num_restarts):  # pragma: no cover
+    """``restart_layout`` of every block; returns the first block it does not hold for (else -1)."""
+    for b in range(block_at.shape[0]):
+        at = block_at[b]
+        size = sizes[b]
+        if size < 4:
+            return b
+        e = at + size - 4
+        footer = np.int64(buf[e]) | (np.int64(buf[e + 1]) << 8) | (np.int64(buf[e + 2]) << 16) | (
+            np.int64(buf[e + 3]) << 24)
+        end = size - 4
+        count = footer
+        if size <= max_hash_index_block and footer & 0x80000000:
+            count = footer & 0x7FFFFFFF
+            if end < 2:
+                return b
+            buckets = np.int64(buf[at + end - 2]) | (np.int64(buf[at + end - 1]) << 8)
+            end = end - 2 - buckets
+        restarts_at = end - 4 * count
+        if restarts_at < 0 or count > (1 << 30):
+            return b
+        restarts[b] = restarts_at
+        num_restarts[b] = count
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _span_trailers(buf, rel, sizes, compression, stored, body_at, out_size):  # pragma: no cover - compiled
+    """Each block's trailer (compression type, stored checksum) and where its body starts and how
+    long it is uncompressed, for blocks stored uncompressed or LZ4-compressed; returns the first
+    block it does not take (another compression, a bad size prefix, past the buffer), else -1."""
+    for b in range(rel.shape[0]):
+        at = rel[b]
+        end = at + sizes[b]
+        if at < 0 or sizes[b] < 0 or end + 5 > buf.shape[0]:
+            return b
+        kind = buf[end]
+        compression[b] = kind
+        stored[b] = np.uint32(buf[end + 1]) | (np.uint32(buf[end + 2]) << np.uint32(8)) | (
+            np.uint32(buf[end + 3]) << np.uint32(16)) | (np.uint32(buf[end + 4]) << np.uint32(24))
+        if kind == NO_COMPRESSION:
+            body_at[b] = at
+            out_size[b] = sizes[b]
+        elif kind == LZ4 or kind == LZ4HC:
+            size, pos = _varint(buf, at, end, 5)
+            # LZ4 expands at most 255-fold: a larger size prefix is damage (the slow path says so)
+            if pos < 0 or np.int64(size) > 255 * (end - pos) + 16:
+                return b
+            body_at[b] = pos
+            out_size[b] = np.int64(size)
+        else:
+            return b
+    return -1
+
+
+def decode_span_fast(raw: bytes, raw_start: int, offsets: np.ndarray, sizes: np.ndarray, *, checksum_type: int,
+                     base_context_checksum: int, verify: bool) -> tuple[np.ndarray, np.ndarray] | None:
+    """The uncompressed contents of consecutive data blocks read at once (``raw``: the file's bytes
+    from ``raw_start``; ``offsets``/``sizes``: the blocks' handles) laid back to back, with each
+    block's length; checksums verified as ``read_block_bytes`` does, with a few Python calls per
+    block. None when a block is anything but a valid uncompressed or LZ4 block: the caller then
+    reads the span block by block (``read_block_bytes``), which decompresses other kinds and
+    raises the precise error for damage."""
+    n = offsets.shape[0]
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    rel = offsets - raw_start
+    compression = np.empty(n, dtype=np.uint8)
+    stored = np.empty(n, dtype=np.uint32)
+    body_at = np.empty(n, dtype=np.int64)
+    out_size = np.empty(n, dtype=np.int64)
+    if _span_trailers(buf, rel, sizes, compression, stored, body_at, out_size) >= 0:
+        return None
+    view = memoryview(raw)
+    starts = rel.tolist()
+    ends = (rel + sizes).tolist()
+    if verify and checksum_type != NO_CHECKSUM:
+        if checksum_type == XXH3:
+            hashes = np.fromiter((xxh3_64_intdigest(view[a:e]) for a, e in zip(starts, ends)), dtype=np.uint64,
+                                 count=n)
+            computed = (hashes & np.uint64(0xFFFFFFFF)) ^ (compression.astype(np.uint64) * np.uint64(0x6B9083D9))
+        else:
+            computed = np.fromiter((block_checksum(checksum_type, view[a:e], t)
+                                    for a, e, t in zip(starts, ends, compression.tolist())), dtype=np.uint64, count=n)
+        if base_context_checksum:
+            off = offsets.astype(np.uint64)
+            mask = np.uint64(0xFFFFFFFF)
+            computed = computed + (np.uint64(base_context_checksum) ^ (((off & mask) + (off >> np.uint64(32))) & mask))
+        if ((computed & np.uint64(0xFFFFFFFF)) != stored).any():
+            return None
+    block_at = np.zeros(n, dtype=np.int64)
+    np.cumsum(out_size[:-1], out=block_at[1:])
+    out = np.empty(int(out_size.sum()), dtype=np.uint8)
+    target = memoryview(out)
+    try:
+        for b, (body, end, at, size, kind) in enumerate(zip(body_at.tolist(), ends, block_at.tolist(),
+                                                            out_size.tolist(), compression.tolist())):
+            if kind == NO_COMPRESSION:
+                target[at:at + size] = view[body:end]
+            elif cramjam.lz4.decompress_block_into(view[body:end], target[at:at + size]) != size:
+                return None
+    except cramjam.DecompressionError:
+        return None
+    return out, out_size
 
 
 @dataclass

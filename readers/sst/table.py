@@ -15,8 +15,9 @@ from statecat.readers.sst.block import (
     VALUES_LENGTH_PREFIXED,
     DecodedBlock,
     decode_block,
-    decode_data_blocks,
     decode_index_values,
+    decode_joined_blocks,
+    decode_span_fast,
     read_block_bytes,
 )
 from statecat.readers.sst.format import (
@@ -104,6 +105,7 @@ class SstFile:
                               f"{self.format_version} file, got none", file=display,
                               offset=self.footer.metaindex.offset, hint=HINT_DAMAGED)
         self._top_index = None
+        self._partitions: dict[BlockHandle, DecodedBlock] = {}  # the last index partitions decoded
         # Ingested external files (version >= 2): one sequence number for every key.
         self.global_seqno = None
         self.global_seqno_unknown = False
@@ -179,34 +181,65 @@ class SstFile:
             decode_index_values(block, self.display, self._first_key)
         return block
 
-    def _index_entries(self, block: DecodedBlock, lower, upper) -> list[BlockHandle]:
-        """The handles of ``block``'s entries whose key range can meet [lower, upper).
+    def _index_range(self, block: DecodedBlock, lower, upper) -> tuple[int, int]:
+        """[first, stop) of ``block``'s entries whose key range can meet [lower, upper).
 
         Entry j's separator is >= every key of its block and <= every key of the next, compared
         as internal keys; by user key, block j holds keys in [separator j-1, separator j]."""
-        seps = block.key_list()
-        offsets = block.handle_offset.tolist()
-        sizes = block.handle_size.tolist()
+        seps = getattr(block, "_seps", None)
+        if seps is None:  # the same index block serves many key-groups
+            seps = block._seps = block.key_list()
         first = bisect.bisect_left(seps, lower) if lower is not None else 0
-        out = []
-        for j in range(first, len(seps)):
-            if upper is not None and j > 0 and seps[j - 1] >= upper:
-                break
-            out.append(BlockHandle(offsets[j], sizes[j]))
-        return out
+        # entry j > 0 is out once separator j-1 >= upper
+        stop = len(seps) if upper is None else min(len(seps), bisect.bisect_left(seps, upper) + 1)
+        return first, max(first, stop)
 
-    def data_block_handles(self, lower: bytes | None = None, upper: bytes | None = None) -> list[BlockHandle]:
-        """Handles of the data blocks that can hold user keys in [lower, upper), in key order."""
+    def _index_entries(self, block: DecodedBlock, lower, upper) -> list[BlockHandle]:
+        """The handles of ``block``'s entries whose key range can meet [lower, upper)."""
+        first, stop = self._index_range(block, lower, upper)
+        return [BlockHandle(offset, size) for offset, size in zip(block.handle_offset[first:stop].tolist(),
+                                                                  block.handle_size[first:stop].tolist())]
+
+    def _top(self) -> DecodedBlock:
         if self._top_index is None:
             what = "top-level index block" if self.index_type == INDEX_TWO_LEVEL else "index block"
             self._top_index = self._decode_index(self._index_handle, what)
-        handles = self._index_entries(self._top_index, lower, upper)
+        return self._top_index
+
+    def _partition(self, handle: BlockHandle) -> DecodedBlock:
+        block = self._partitions.get(handle)
+        if block is None:
+            # Key-groups are read in order: the last partitions read serve the next one too.
+            if len(self._partitions) >= PARTITIONS_KEPT:
+                del self._partitions[next(iter(self._partitions))]
+            block = self._partitions[handle] = self._decode_index(handle, "index partition")
+        return block
+
+    def data_block_handles(self, lower: bytes | None = None, upper: bytes | None = None) -> list[BlockHandle]:
+        """Handles of the data blocks that can hold user keys in [lower, upper), in key order."""
+        handles = self._index_entries(self._top(), lower, upper)
         if self.index_type != INDEX_TWO_LEVEL:
             return handles
         out = []
         for partition in handles:
-            out.extend(self._index_entries(self._decode_index(partition, "index partition"), lower, upper))
+            out.extend(self._index_entries(self._partition(partition), lower, upper))
         return out
+
+    def _data_block_arrays(self, lower: bytes | None, upper: bytes | None) -> tuple[np.ndarray, np.ndarray]:
+        """``data_block_handles`` as arrays of offsets and sizes (no object per block)."""
+        top = self._top()
+        first, stop = self._index_range(top, lower, upper)
+        if self.index_type != INDEX_TWO_LEVEL:
+            return top.handle_offset[first:stop], top.handle_size[first:stop]
+        offsets, sizes = [], []
+        for offset, size in zip(top.handle_offset[first:stop].tolist(), top.handle_size[first:stop].tolist()):
+            block = self._partition(BlockHandle(offset, size))
+            a, b = self._index_range(block, lower, upper)
+            offsets.append(block.handle_offset[a:b])
+            sizes.append(block.handle_size[a:b])
+        if not offsets:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return np.concatenate(offsets), np.concatenate(sizes)
 
     def data_blocks(self, lower: bytes | None = None, upper: bytes | None = None) -> Iterator[DecodedBlock]:
         """The decoded data blocks whose key range can meet [lower, upper), in key order."""
@@ -217,12 +250,25 @@ class SstFile:
     def data_span(self, lower: bytes | None = None, upper: bytes | None = None) -> DecodedBlock | None:
         """The data blocks ``data_blocks`` would give, decoded at once into one DecodedBlock (its
         ``data`` the blocks back to back); None when there are none."""
-        handles = self.data_block_handles(lower, upper)
-        if not handles:
+        offsets, sizes = self._data_block_arrays(lower, upper)
+        if not offsets.shape[0]:
             return None
-        contents = [self.read_block(handle, "data block", span) for span, chunk in self._spans(handles)
-                    for handle in chunk]
-        block = decode_data_blocks(contents, [h.offset for h in handles], self.display)
+        parts, lengths = [], []
+        for start, stop in _span_ranges(offsets, sizes):
+            first = int(offsets[start])
+            self.source.seek(first)
+            span = _Span(self.source.read(int(offsets[stop - 1] + sizes[stop - 1]) + BLOCK_TRAILER_SIZE - first), first)
+            part = self._decode_span(span, offsets[start:stop], sizes[start:stop])
+            if part is None:  # block by block: other compressions, and the precise error for damage
+                contents = [self.read_block(BlockHandle(offset, size), "data block", span)
+                            for offset, size in zip(offsets[start:stop].tolist(), sizes[start:stop].tolist())]
+                part = (np.frombuffer(b"".join(contents), dtype=np.uint8),
+                        np.array([len(c) for c in contents], dtype=np.int64))
+            parts.append(part[0])
+            lengths.append(part[1])
+        block = decode_joined_blocks(parts[0] if len(parts) == 1 else np.concatenate(parts),
+                                     lengths[0] if len(lengths) == 1 else np.concatenate(lengths),
+                                     offsets.tolist(), self.display)
         if self.global_seqno:
             block.seq[:] = self.global_seqno
         return block
@@ -283,6 +329,21 @@ class SstFile:
                    handles[start:stop])
             start = stop
 
+    def _decode_span(self, span: "_Span", offsets: np.ndarray, sizes: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The span's blocks (``offsets``/``sizes``: their handles) uncompressed back to back and
+        their lengths, through the batched path (``decode_span_fast``); None when the span needs
+        the block-by-block one."""
+        ends = offsets + sizes + BLOCK_TRAILER_SIZE
+        if int(ends[-1]) > self.footer.offset:  # read_block says what is wrong
+            return None
+        part = decode_span_fast(span.data, span.start, offsets, sizes, checksum_type=self.footer.checksum_type,
+                                base_context_checksum=self.footer.base_context_checksum,
+                                verify=self.verify_checksums)
+        if part is not None:
+            self.bytes_read += int(ends[-1] - offsets[0])
+        return part
+
     def _decode_data(self, handle: BlockHandle, source=None) -> DecodedBlock:
         block = decode_block(self.read_block(handle, "data block", source), self.display, handle.offset,
                              key_trailer=True, what="data block")
@@ -318,6 +379,19 @@ def block_slice(block: DecodedBlock, lower: bytes | None, upper: bytes | None) -
 
 
 SPAN_READ_BYTES = 1 << 20
+
+
+def _span_ranges(offsets: np.ndarray, sizes: np.ndarray) -> Iterator[tuple[int, int]]:
+    """``SstFile._spans`` over arrays of handles: [start, stop) of each run of consecutive blocks
+    read with one call (at most SPAN_READ_BYTES from its first block's start)."""
+    n = offsets.shape[0]
+    breaks = (np.flatnonzero(offsets[1:] != offsets[:-1] + sizes[:-1] + BLOCK_TRAILER_SIZE) + 1).tolist()
+    for start, end in zip([0, *breaks], [*breaks, n]):
+        while start < end:  # offsets rise within a run of consecutive blocks
+            stop = start + 1 + int(np.searchsorted(offsets[start + 1:end], offsets[start] + SPAN_READ_BYTES))
+            yield start, stop
+            start = stop
+PARTITIONS_KEPT = 4
 
 
 class _Span:
