@@ -24,7 +24,7 @@ from statecat.readers.arrow_types import state_schema
 from statecat.readers.diff import SavepointDiff, diff_savepoints
 from statecat.readers.keygroups import key_group_for
 from statecat.readers.keyview import KeyView, key_history, key_not_coercible_error, key_view
-from statecat.readers.scan import DEFAULT_BATCH_ROWS, ReadStats, scanner_for
+from statecat.readers.scan import DEFAULT_BATCH_ROWS, OperatorKeyedScan, ReadStats, scanner_for
 from statecat.statemeta.descriptors import apply_descriptors, with_pyflink_pickles
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
@@ -86,6 +86,32 @@ class SavepointReader:
             locations = [loc for loc in locations
                          if any(loc.holds_key_group(g) for g in key_groups)]
         yield from scanner.batches(locations, key_groups=key_groups, batch_rows=batch_rows, keys=keys)
+
+    def operator_batches(self, operator: str, states: Sequence[str] | None = None, *,
+                         key_groups: set[int] | None = None, subtasks: set[int] | None = None,
+                         batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """(state name, batch) of several states of one operator (default: all of them), each
+        keyed key-group's bytes read and walked once for all its states (``OperatorKeyedScan``).
+        Each state gets the rows ``batches`` gives it, in the same order; batches of different
+        states interleave."""
+        op = self.meta.operator(operator)
+        infos = [op.state(name) for name in states] if states is not None else list(op.states)
+        keyed = [scanner_for(self.meta, op, info, unpickle=self.unpickle) for info in infos if info.is_keyed]
+        for info in infos:
+            if not info.is_keyed:
+                for batch in self.batches(info.name, op.id, subtasks=subtasks, batch_rows=batch_rows):
+                    yield info.name, batch
+        if keyed:
+            yield from OperatorKeyedScan(keyed).batches(key_groups, subtasks, batch_rows)
+
+    def operator_tables(self, operator: str, states: Sequence[str] | None = None, **options) -> dict[str, pa.Table]:
+        """{state name: table} of several states of one operator, read in one pass (``operator_batches``)."""
+        op = self.meta.operator(operator)
+        infos = [op.state(name) for name in states] if states is not None else list(op.states)
+        collected: dict[str, list] = {info.name: [] for info in infos}
+        for name, batch in self.operator_batches(op.id, [info.name for info in infos], **options):
+            collected[name].append(batch)
+        return {info.name: pa.Table.from_batches(collected[info.name], schema=state_schema(info)) for info in infos}
 
     def table(self, state: str, operator: str | None = None, **options) -> pa.Table:
         op, info = self.find(state, operator)

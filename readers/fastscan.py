@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from statecat.readers.arrow_types import arrow_type
 from statecat.readers.binary_formats import MAX_INLINE_BYTES
-from statecat.readers.decoders import MAX_DAYS, MAX_MICROS, MIN_DAYS, MIN_MICROS
+from statecat.readers.decoders import MAX_DAYS, MAX_MICROS, MIN_DAYS, MIN_MICROS, ROW_KIND_BITS, TIMER_TIMESTAMP_FLIP
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
 END_OF_KEY_GROUP = 0xFFFF
@@ -97,6 +97,61 @@ def walk_key_group(buf, state_id, state_count, prefix, key_group, key_at, key_le
 
 
 @numba.njit(cache=True, nogil=True)
+def walk_key_group_all(buf, state_count, prefix, key_group, state_of, key_at, key_len, val_at, val_len):  # pragma: no cover - compiled
+    """Positions of the entries of every state in one key-group, with each entry's state id in
+    ``state_of``; returns (count, error, error position). The same walk and checks as
+    ``walk_key_group``, so that several states of a stream are located in one pass."""
+    size = buf.shape[0]
+    capacity = key_at.shape[0]
+    if size < 2:
+        return 0, WALK_OVERRUN, 0
+    current = (np.int64(buf[0]) << 8) | buf[1]
+    if current >= state_count:
+        return 0, WALK_BAD_STATE_ID, 0
+    pos = 2
+    n = 0
+    while True:
+        if pos + 4 > size:
+            return n, WALK_OVERRUN, pos
+        klen = (np.int64(buf[pos]) << 24) | (np.int64(buf[pos + 1]) << 16) | (np.int64(buf[pos + 2]) << 8) | buf[pos + 3]
+        kat = pos + 4
+        vpos = kat + klen
+        if klen < prefix or klen >= 0x80000000 or vpos + 4 > size:
+            return n, WALK_OVERRUN, pos
+        vlen = (np.int64(buf[vpos]) << 24) | (np.int64(buf[vpos + 1]) << 16) | (np.int64(buf[vpos + 2]) << 8) | buf[vpos + 3]
+        vat = vpos + 4
+        if vlen >= 0x80000000 or vat + vlen > size:
+            return n, WALK_OVERRUN, vpos
+        pos = vat + vlen
+        first = buf[kat]
+        if prefix == 1:
+            group = first & 0x7F
+        else:
+            group = (np.int64(first & 0x7F) << 8) | buf[kat + 1]
+        if group != key_group:
+            return n, WALK_WRONG_GROUP, kat
+        if n >= capacity:
+            return n, WALK_OVERRUN, kat
+        state_of[n] = current
+        key_at[n] = kat
+        key_len[n] = klen
+        val_at[n] = vat
+        val_len[n] = vlen
+        n += 1
+        if first & FLAG:
+            if pos + 2 > size:
+                return n, WALK_OVERRUN, pos
+            current = (np.int64(buf[pos]) << 8) | buf[pos + 1]
+            if current == END_OF_KEY_GROUP:
+                if pos + 2 != size:
+                    return n, WALK_OVERRUN, pos + 2
+                return n, WALK_OK, pos + 2
+            if current >= state_count:
+                return n, WALK_BAD_STATE_ID, pos
+            pos += 2
+
+
+@numba.njit(cache=True, nogil=True)
 def java_ascii_strings(buf, at, end, starts, lengths):  # pragma: no cover - compiled
     """StringValue strings whose length and characters are all single-byte varints (ASCII).
 
@@ -153,6 +208,162 @@ def _copy_ranges(buf, starts, lengths, offsets, out):  # pragma: no cover - comp
     return -1
 
 
+@numba.njit(cache=True, nogil=True)
+def run_starts(buf, at, end, out):  # pragma: no cover - compiled
+    """Marks in ``out`` each entry whose bytes ``at[i]:end[i]`` differ from the previous entry's
+    (the first byte compared without Flink's "meta data follows" flag bit, 0x80): where a MapState
+    row (entries sharing key-group, key and namespace bytes) starts. Returns the first index whose
+    range is outside ``buf``, else -1."""
+    size = buf.shape[0]
+    for i in range(at.shape[0]):
+        p = at[i]
+        n = end[i] - p
+        if p < 0 or n < 1 or end[i] > size:
+            return i
+        if i == 0:
+            out[i] = True
+            continue
+        q = at[i - 1]
+        if end[i - 1] - q != n or (buf[p] & 0x7F) != (buf[q] & 0x7F):
+            out[i] = True
+            continue
+        same = True
+        for j in range(1, n):
+            if buf[p + j] != buf[q + j]:
+                same = False
+                break
+        out[i] = not same
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def list_fixed_elements(buf, at, end, width, counts, starts):  # pragma: no cover - compiled
+    """Elements of ``width`` bytes separated by the delimiter 0x2C, per value ``at[i]:end[i]``:
+    counts per value, and each element's position in ``starts`` (room for every byte). Returns the
+    first value that does not split exactly (or lies outside ``buf``), else -1."""
+    size = buf.shape[0]
+    room = starts.shape[0]
+    k = 0
+    for i in range(at.shape[0]):
+        p = at[i]
+        stop = end[i]
+        if p < 0 or stop < p or stop > size:
+            return i
+        c = 0
+        while p < stop:
+            if p + width > stop or k >= room:
+                return i
+            starts[k] = p
+            k += 1
+            c += 1
+            p += width
+            if p < stop:
+                if buf[p] != 0x2C:
+                    return i
+                p += 1
+                if p == stop:  # a trailing delimiter: not Flink's framing
+                    return i
+        counts[i] = c
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def list_ascii_strings(buf, at, end, counts, starts, lengths):  # pragma: no cover - compiled
+    """StringValue elements (ASCII, non-null) separated by 0x2C, per value ``at[i]:end[i]``.
+    Returns the first value that is not such a list (or lies outside ``buf``), else -1."""
+    size = buf.shape[0]
+    room = starts.shape[0]
+    k = 0
+    for i in range(at.shape[0]):
+        p = at[i]
+        stop = end[i]
+        if p < 0 or stop < p or stop > size:
+            return i
+        c = 0
+        while p < stop:
+            n = buf[p]
+            if n == 0 or n >= 0x80 or k >= room:
+                return i
+            n -= 1
+            if p + 1 + n > stop:
+                return i
+            for j in range(p + 1, p + 1 + n):
+                if buf[j] >= 0x80:
+                    return i
+            starts[k] = p + 1
+            lengths[k] = n
+            k += 1
+            c += 1
+            p += 1 + n
+            if p < stop:
+                if buf[p] != 0x2C:
+                    return i
+                p += 1
+                if p == stop:
+                    return i
+        counts[i] = c
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _binary_rows(buf, at, end, header, sizes, slots, nulls):  # pragma: no cover - compiled
+    """Binary rows (i32 size, null bits, 8-byte slots) at ``at[i]``, each within ``end[i]``: their
+    sizes, each field's slot as a little-endian integer (``slots[field, row]``) and null bit.
+    Returns the first row whose size does not hold the fixed part or whose bytes pass its end or
+    the buffer (nothing read past either), else -1."""
+    size = buf.shape[0]
+    arity = slots.shape[0]
+    fixed = header + 8 * arity
+    for r in range(at.shape[0]):
+        p = at[r]
+        e = end[r]
+        if p < 0 or p + 4 > e or e > size:
+            return r
+        n = (np.int64(buf[p]) << 24) | (np.int64(buf[p + 1]) << 16) | (np.int64(buf[p + 2]) << 8) | buf[p + 3]
+        if n >= 0x80000000 or n < fixed or p + 4 + n > e:
+            return r
+        sizes[r] = n
+        b = p + 4
+        for i in range(arity):
+            bit = 8 + i
+            nulls[i, r] = (buf[b + (bit >> 3)] >> (bit & 7)) & 1 == 1
+            q = b + header + 8 * i
+            v = np.uint64(0)
+            for j in range(8):
+                v |= np.uint64(buf[q + j]) << np.uint64(8 * j)
+            slots[i, r] = v
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _binary_strings(raw, slot, base, row_end, nulls, starts, lengths):  # pragma: no cover - compiled
+    """Where each string/binary field's bytes are: inline in its slot (top bit set, length in the
+    next 7 bits) or at an offset from the row's start with a length. Returns the first row whose
+    bytes would pass its row's end (or an inline length over 7), else -1. Null fields: empty."""
+    for r in range(raw.shape[0]):
+        if nulls[r]:
+            starts[r] = base[r]
+            lengths[r] = 0
+            continue
+        v = raw[r]
+        if v >> np.uint64(63):
+            at = slot[r]
+            n = np.int64((v >> np.uint64(56)) & np.uint64(0x7F))
+            if n > MAX_INLINE_BYTES:
+                return r
+        else:
+            at = base[r] + np.int64(v >> np.uint64(32))
+            n = np.int64(v & np.uint64(0xFFFFFFFF))
+        if at + n > row_end[r]:
+            return r
+        starts[r] = at
+        lengths[r] = n
+    return -1
+
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+
+
 def gather(buf: np.ndarray, at: np.ndarray, width: int, end: np.ndarray) -> np.ndarray | None:
     """``width`` bytes at each position, as an (n, width) uint8 array; None if some position's
     bytes would run past its ``end`` (the entry or structure it belongs to)."""
@@ -176,25 +387,31 @@ def strings_from_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
     data = np.empty(int(offsets[-1]), dtype=np.uint8)
     if _copy_ranges(buf, starts, lengths, offsets, data) != -1:
         return None
-    is_string = pa.types.is_string(arrow)
-    large = pa.large_string() if is_string else pa.large_binary()
+    is_string = pa.types.is_string(arrow) or pa.types.is_large_string(arrow)
     validity = None if nulls is None or not nulls.any() else pa.py_buffer(np.packbits(~nulls, bitorder="little"))
-    array = pa.Array.from_buffers(large, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
+    if offsets[-1] < 2**31 and (pa.types.is_string(arrow) or pa.types.is_binary(arrow)):
+        # 32-bit offsets: the column's own type, no cast (a copy of the offsets) afterwards
+        array = pa.Array.from_buffers(arrow, n, [validity, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)])
+    else:
+        large = pa.large_string() if is_string else pa.large_binary()
+        array = pa.Array.from_buffers(large, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
     if is_string and data.size and data.max() >= 0x80:
         try:  # ASCII needs no check; anything else is checked once per array, in Arrow's compiled code
             array.validate(full=True)
         except pa.ArrowInvalid:
             return None
-    return array.cast(arrow)
+    return array if array.type == arrow else array.cast(arrow)
 
 
 @dataclass(frozen=True)
 class ColumnPlan:
     """How to cut one column out of the entries: ``kind`` picks the extractor."""
 
-    kind: str  # "const_null" | "java_scalar" | "java_string" | "row_fields" | "row_single" | "time_window"
+    kind: str  # "const_null" | "java_scalar" | "java_string" | "java_bytes" | "row_fields" | "row_single"
+    #           | "time_window" | "java_struct" | "java_struct_single"
     arrow: pa.DataType
     desc: TypeDescriptor
+    fields: tuple = ()  # java_struct(_single): the fields' plans
 
 
 def _row_field_ok(desc: TypeDescriptor) -> bool:
@@ -207,7 +424,7 @@ def plan_column(desc: TypeDescriptor, *, key: bool = False) -> ColumnPlan | None
     """A column plan for a type, or None when the general decoders must be used."""
     column = key_column_type(desc) if key else desc
     arrow = arrow_type(column)
-    if desc.kind in ("void_namespace",):
+    if desc.kind in ("void_namespace", "global_window"):
         return ColumnPlan("const_null", arrow, desc)
     if desc.kind in JAVA_DTYPES:
         return ColumnPlan("java_scalar", arrow, desc)
@@ -215,8 +432,16 @@ def plan_column(desc: TypeDescriptor, *, key: bool = False) -> ColumnPlan | None
         return ColumnPlan("java_string", arrow, desc)
     if desc.kind == "time_window":
         return ColumnPlan("time_window", arrow, desc)
+    if desc.kind == "bytes" and pa.types.is_binary(arrow):
+        return ColumnPlan("java_bytes", arrow, desc)
     if desc.kind == "rowdata" and desc.fields and all(_row_field_ok(t) for _, t in desc.fields):
         return ColumnPlan("row_single" if column is not desc else "row_fields", arrow, desc)
+    if desc.kind in ("row", "tuple") and desc.fields and not desc.attr("codec"):
+        # DataStream Row (null mask, then the non-null fields) and Tuple (fields one after another)
+        fields = tuple(plan_column(t) for _, t in desc.fields)
+        if any(f is None or f.kind not in ("java_scalar", "java_string", "java_bytes") for f in fields):
+            return None
+        return ColumnPlan("java_struct_single" if column is not desc else "java_struct", arrow, desc, fields)
     return None
 
 
@@ -227,26 +452,95 @@ class ColumnExtractor:
     comparison per column; any entry that does not fit makes ``extract`` return None, and the
     caller decodes those key-groups record by record, which names the file and offset of damage."""
 
-    def __init__(self, key: ColumnPlan, namespace: ColumnPlan, value: ColumnPlan, prefix: int):
+    def __init__(self, key: ColumnPlan, namespace: ColumnPlan, value: ColumnPlan | None, prefix: int, *,
+                 mode: str = "value", user_key: ColumnPlan | None = None, value_arrow: pa.DataType | None = None):
+        """``mode``: "value" (one value per entry), "timer" (timestamp, key and namespace all in
+        the entry's key), "map" (MapState: the user key after the namespace, a null flag before the
+        value; consecutive entries of one key and namespace make one row) or "list" (ListState:
+        ``value`` plans the elements). ``value_arrow``: the value column's type (map, list)."""
         self.key, self.namespace, self.value = key, namespace, value
         self.prefix = prefix
         self.namespace_width = namespace.desc.fixed_length
+        self.mode = mode
+        self.user_key = user_key
+        self.value_arrow = value_arrow
 
     def extract(self, buf: np.ndarray, key_at, key_len, val_at, val_len):
         """(key, namespace, value) arrays, or None when some entry needs the general decoder."""
-        key_start = key_at + self.prefix
+        mode = self.mode
+        key_start = key_at + self.prefix + (8 if mode == "timer" else 0)
         key_end = key_at + key_len
         key_array, key_stop = self._column(self.key, buf, key_start, key_end)
         if key_array is None:
             return None
         ns_array, ns_stop = self._column(self.namespace, buf, key_stop, key_end)
-        if ns_array is None or not np.array_equal(ns_stop, key_end):
+        if ns_array is None:
             return None
+        if mode == "map":
+            return self._map(buf, key_at, key_end, ns_stop, val_at, val_at + val_len, key_array, ns_array)
+        if not np.array_equal(ns_stop, key_end):
+            return None
+        if mode == "timer":  # Flink flips the sign bit so timers sort by time as unsigned bytes
+            raw = gather(buf, key_at + self.prefix, 8, key_end)
+            if raw is None:
+                return None
+            stamps = (raw.view(">u8").reshape(-1) ^ np.uint64(TIMER_TIMESTAMP_FLIP)).view(np.int64)
+            return key_array, ns_array, pa.array(stamps.astype(np.int64), type=pa.int64())
         value_end = val_at + val_len
+        if mode == "list":
+            value_array = self._list(buf, val_at, value_end)
+            return None if value_array is None else (key_array, ns_array, value_array)
         value_array, value_stop = self._column(self.value, buf, val_at, value_end)
         if value_array is None or not np.array_equal(value_stop, value_end):
             return None
         return key_array, ns_array, value_array
+
+    def _map(self, buf, key_at, key_end, ns_stop, val_at, val_end, key_array, ns_array):
+        n = key_at.shape[0]
+        user_keys, user_stop = self._column(self.user_key, buf, ns_stop, key_end)
+        if user_keys is None or not np.array_equal(user_stop, key_end):
+            return None
+        flags = gather(buf, val_at, 1, val_end)
+        if flags is None or (n and flags.any()):
+            return None  # null map values: the general decoder reads them
+        values, value_stop = self._column(self.value, buf, val_at + 1, val_end)
+        if values is None or not np.array_equal(value_stop, val_end):
+            return None
+        starts = np.empty(n, dtype=np.bool_)
+        if run_starts(buf, key_at, ns_stop, starts) != -1:
+            return None
+        rows = np.flatnonzero(starts)
+        offsets = pa.array(np.append(rows, n).astype(np.int32))
+        maps = pa.MapArray.from_arrays(offsets, user_keys, values, type=self.value_arrow)
+        return key_array.take(rows), ns_array.take(rows), maps
+
+    def _list(self, buf, at, end):
+        n = at.shape[0]
+        plan = self.value
+        room = int((end - at).sum()) + 1  # every element takes at least one byte
+        counts = np.zeros(n, dtype=np.int64)
+        starts = np.empty(room, dtype=np.int64)
+        if plan.kind == "java_scalar":
+            dtype = JAVA_DTYPES[plan.desc.kind]
+            if list_fixed_elements(buf, at, end, dtype.itemsize, counts, starts) != -1:
+                return None
+            k = int(counts.sum())
+            starts = starts[:k]
+            raw = gather(buf, starts, dtype.itemsize, starts + dtype.itemsize)
+            if raw is None:
+                return None
+            elements = pa.array(raw.view(dtype).reshape(k).astype(dtype.newbyteorder("=")), type=plan.arrow)
+        else:  # java_string
+            lengths = np.empty(room, dtype=np.int64)
+            if list_ascii_strings(buf, at, end, counts, starts, lengths) != -1:
+                return None
+            k = int(counts.sum())
+            elements = strings_from_ranges(buf, starts[:k], lengths[:k], None, plan.arrow)
+            if elements is None:
+                return None
+        offsets = np.zeros(n + 1, dtype=np.int32)
+        np.cumsum(counts, out=offsets[1:])
+        return pa.ListArray.from_arrays(pa.array(offsets), elements, type=self.value_arrow)
 
     def _column(self, plan: ColumnPlan, buf, at, end):
         """The column and, per entry, the position after its bytes ((None, None) if not decodable
@@ -278,45 +572,76 @@ class ColumnExtractor:
                 return None, None
             strings = strings_from_ranges(buf, starts, lengths, None, plan.arrow)
             return (None, None) if strings is None else (strings, starts + lengths)
+        if kind == "java_bytes":  # i32 length, then the bytes
+            raw = gather(buf, at, 4, end)
+            if raw is None:
+                return None, None
+            lengths = raw.view(">i4").reshape(n).astype(np.int64)
+            starts = at + 4
+            if n and (lengths.min() < 0 or (starts + lengths > end).any()):
+                return None, None
+            array = strings_from_ranges(buf, starts, lengths, None, plan.arrow)
+            return (None, None) if array is None else (array, starts + lengths)
+        if kind in ("java_struct", "java_struct_single"):
+            return self._java_struct(plan, buf, at, end)
         return self._binary_row(plan, buf, at, end)
+
+    def _java_struct(self, plan: ColumnPlan, buf, at, end):
+        """A Row without null fields (its mask bits all clear) or a Tuple: fields in sequence."""
+        n = at.shape[0]
+        pos = at
+        if plan.desc.kind == "row":
+            skip = ROW_KIND_BITS if plan.desc.attr("row_kind", False) else 0
+            count = len(plan.fields)
+            mask_bytes = (count + skip + 7) // 8
+            mask = gather(buf, at, mask_bytes, end)
+            if mask is None:
+                return None, None
+            for i in range(count):
+                bit = i + skip
+                if n and (mask[:, bit // 8] & (0x80 >> (bit % 8))).any():
+                    return None, None  # a null field: the general decoder reads it
+            pos = at + mask_bytes
+        arrays = []
+        for field in plan.fields:
+            array, pos = self._column(field, buf, pos, end)
+            if array is None:
+                return None, None
+            arrays.append(array)
+        if plan.kind == "java_struct_single":
+            return arrays[0], pos
+        return pa.StructArray.from_arrays(arrays, fields=list(plan.arrow)), pos
 
     def _binary_row(self, plan: ColumnPlan, buf, at, end):
         n = at.shape[0]
-        raw_sizes = gather(buf, at, 4, end)
-        if raw_sizes is None:
-            return None, None
-        sizes = raw_sizes.view(">i4").reshape(n).astype(np.int64)
-        base = at + 4
-        row_end = base + sizes
         fields = plan.desc.fields
         arity = len(fields)
         header = ((arity + 63 + 8) // 64) * 8
-        # The row's size comes from the data: it must hold the fixed part and stay in its entry
-        # before anything at ``row_end`` (the namespace after a key) is read.
-        if n and (sizes.min() < header + 8 * arity or (row_end > end).any()):
+        # One compiled pass reads each row's size, null bits and fixed-part slots; the row's size
+        # comes from the data, so it is checked to hold the fixed part and stay in its entry.
+        sizes = np.empty(n, dtype=np.int64)
+        slots = np.empty((arity, n), dtype=np.uint64)
+        null_bits = np.empty((arity, n), dtype=np.bool_)
+        if _binary_rows(buf, at, end, header, sizes, slots, null_bits) != -1:
             return None, None
-        null_bytes = gather(buf, base, header, row_end)
-        if null_bytes is None:
-            return None, None
+        base = at + 4
+        row_end = base + sizes
         arrays = []
         for i, (name, field) in enumerate(fields):
-            bit = 8 + i
-            nulls = (null_bytes[:, bit >> 3] >> (bit & 7)) & 1 == 1
+            nulls = null_bits[i]
             slot = base + header + 8 * i
             kind = field.kind
             arrow = arrow_type(field)
             mask = nulls if nulls.any() else None
             dtype = SLOT_DTYPES.get(kind)
-            raw = gather(buf, slot, 8 if dtype is None else dtype.itemsize, row_end)
-            if raw is None:
-                return None, None
+            raw = slots[i]  # the slot's 8 bytes as a little-endian integer: narrower types are its low bytes
             if dtype is not None:
-                values = raw.view(dtype).reshape(n)
+                values = raw.astype(_UNSIGNED[dtype.itemsize]).view(dtype) if dtype.itemsize < 8 else raw.view(dtype)
                 if kind == "DATE" and _outside(values, mask, nulls, MIN_DAYS, MAX_DAYS):
                     return None, None  # the general path reports it
                 arrays.append(pa.array(values, type=arrow, mask=mask))
             elif kind == "DECIMAL":
-                unscaled = raw.view("<i8").reshape(n)
+                unscaled = raw.view("<i8")
                 limit = 10 ** field.attr("precision")
                 if _outside(unscaled, mask, nulls, 1 - limit, limit - 1):
                     return None, None  # more digits than the type's precision: the general path reports it
@@ -327,15 +652,9 @@ class ColumnExtractor:
                     return None, None  # outside the years 1..9999: the general path reports it
                 arrays.append(pa.array(millis * 1000, type=arrow, mask=mask))
             else:  # CHAR/VARCHAR/BINARY/VARBINARY: inline in the slot, or offset and length
-                raw = raw.view("<u8").reshape(n)
-                inline = (raw >> np.uint64(63)) == 1
-                starts = np.where(inline, slot, base + (raw >> np.uint64(32)).astype(np.int64))
-                lengths = np.where(inline, (raw >> np.uint64(56)).astype(np.int64) & 0x7F,
-                                   (raw & np.uint64(0xFFFFFFFF)).astype(np.int64))
-                lengths = np.where(nulls, 0, lengths)
-                starts = np.where(nulls, base, starts)
-                if n and ((starts + lengths > row_end).any()
-                          or (inline & (lengths > MAX_INLINE_BYTES)).any()):
+                starts = np.empty(n, dtype=np.int64)
+                lengths = np.empty(n, dtype=np.int64)
+                if _binary_strings(raw, slot, base, row_end, nulls, starts, lengths) != -1:
                     return None, None
                 strings = strings_from_ranges(buf, starts, lengths, nulls, arrow)
                 if strings is None:

@@ -24,6 +24,7 @@ from statecat.readers.fastscan import (
     ColumnExtractor,
     plan_column,
     walk_key_group,
+    walk_key_group_all,
 )
 from statecat.readers.decoders import (
     LIST_ELEMENT_DELIMITER,
@@ -46,8 +47,9 @@ from statecat.statemeta.model import (
 from statecat.statemeta.types import TypeDescriptor
 
 DEFAULT_BATCH_ROWS = 65_536
-# Key-group bytes decoded column-wise in one go: many small key-groups share the per-call cost.
-FAST_GROUP_BYTES = 8 << 20
+# Key-group bytes decoded column-wise in one go: many small key-groups share the per-call cost,
+# while a large key-group is decoded alone (no copy) and while its bytes are still in the core's cache.
+FAST_GROUP_BYTES = 1 << 20
 # Largest single read of state data: lengths come from _metadata, the file may be shorter.
 READ_PIECE_BYTES = 64 << 20
 
@@ -179,13 +181,30 @@ class KeyedStateScanner:
         return self.heap
 
     def _fast_extractor(self, namespace: TypeDescriptor) -> ColumnExtractor | None:
-        """The column-wise path, for plain values of types it covers and unambiguous keys."""
-        if self.value_kind != "value" or self.ambiguous or self.key_raw:
+        """The column-wise path, for values, timers, MapStates and ListStates of types it covers,
+        with unambiguous keys."""
+        if self.value_kind == "element" or self.ambiguous or self.key_raw or self.namespace_raw:
             return None
-        plans = (plan_column(self.state.key, key=True), plan_column(namespace), plan_column(self.state.value))
-        if None in plans:
+        key, ns = plan_column(self.state.key, key=True), plan_column(namespace)
+        if key is None or ns is None:
             return None
-        return ColumnExtractor(*plans, prefix=self.prefix)
+        value = self.state.value
+        value_arrow = self.schema.field("value").type
+        if self.value_kind == "timer":
+            return ColumnExtractor(key, ns, None, prefix=self.prefix, mode="timer")
+        if self.value_kind == "map":
+            user_key, map_value = plan_column(value.child("key")), plan_column(value.child("value"))
+            if user_key is None or map_value is None:
+                return None
+            return ColumnExtractor(key, ns, map_value, prefix=self.prefix, mode="map", user_key=user_key,
+                                   value_arrow=value_arrow)
+        if self.value_kind == "list":
+            element = plan_column(value.child("element"))
+            if element is None or element.kind not in ("java_scalar", "java_string"):
+                return None
+            return ColumnExtractor(key, ns, element, prefix=self.prefix, mode="list", value_arrow=value_arrow)
+        plan = plan_column(value)
+        return None if plan is None else ColumnExtractor(key, ns, plan, prefix=self.prefix)
 
     # -- reading
 
@@ -233,21 +252,32 @@ class KeyedStateScanner:
         if group or not self.stats.rows:
             yield self._fast_batch(group)
 
-    def _fast_batch(self, group: list[tuple]) -> pa.RecordBatch:
+    def _fast_batch(self, group: list[tuple], joined: tuple | None = None) -> pa.RecordBatch:
+        """``joined``: (bytes, {id of a key-group's data: its start in them}) when the caller already
+        joined the key-groups' bytes (several states cut out of one window)."""
         if not group:
             return self._batch(([], [], []))
-        buf = np.frombuffer(b"".join(item[1] for item in group), dtype=np.uint8)
-        shifted = [[], [], [], []]
-        start = 0
-        for _, data, _, _, _, positions in group:
-            for i, p in enumerate(positions):
-                shifted[i].append(p + start if i in (0, 2) else p)
-            start += len(data)
-        columns = self.fast.extract(buf, *(np.concatenate(col) for col in shifted))
+        if len(group) == 1:  # one large key-group: its bytes and positions as they are, no copy
+            buf = np.frombuffer(group[0][1], dtype=np.uint8)
+            columns = self.fast.extract(buf, *group[0][5])
+        else:
+            if joined is None:
+                starts, start = {}, 0
+                for item in group:
+                    starts[id(item[1])] = start
+                    start += len(item[1])
+                joined = (b"".join(item[1] for item in group), starts)
+            buf = np.frombuffer(joined[0], dtype=np.uint8)
+            shifted = [[], [], [], []]
+            for _, data, _, _, _, positions in group:
+                start = joined[1][id(data)]
+                for i, p in enumerate(positions):
+                    shifted[i].append(p + start if i in (0, 2) else p)
+            columns = self.fast.extract(buf, *(np.concatenate(col) for col in shifted))
         if columns is None:  # some entry is outside the column-wise plan: decode this group per record
             rows: tuple[list, list, list] = ([], [], [])
-            for key_group, data, file, base, location, _ in group:
-                self._decode_key_group(key_group, data, location, rows, file, base, None)
+            for key_group, data, file, base, location, positions in group:
+                self._decode_key_group(key_group, data, location, rows, file, base, None, positions)
             return self._batch(rows)
         self.stats.rows += len(columns[0])
         return pa.RecordBatch.from_arrays(list(columns), schema=self.schema)
@@ -373,12 +403,15 @@ class KeyedStateScanner:
         return buf, [p[:count] for p in positions]
 
     def _decode_key_group(self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int,
-                          wanted) -> None:
-        """Decodes the state's entries of one key-group record by record (any type)."""
+                          wanted, positions=None) -> None:
+        """Decodes the state's entries of one key-group record by record (any type). ``positions``:
+        the entries' positions when a walk over all states of the stream already found them."""
         if location.layout == HEAP_CHECKPOINT_LAYOUT:
             self._heap_decoder().decode(key_group, data, location, columns, file, base, wanted)
             return
-        _, (key_at, key_len, value_at, value_len) = self._locate(key_group, data, location, file, base)
+        if positions is None:
+            _, positions = self._locate(key_group, data, location, file, base)
+        key_at, key_len, value_at, value_len = positions
         keys, namespaces, values = columns
         prefix = self.prefix
         value_kind = self.value_kind
@@ -594,6 +627,113 @@ class OperatorStateScanner:
             raise DecodeError(f"{count} broadcast entries take {pos} of the {len(data)} bytes stored")
 
 
+class OperatorKeyedScan:
+    """Several keyed states of one operator read in one pass: each key-group's bytes are read,
+    decompressed and walked once, and every state's entries are cut out of them.
+
+    Yields (state name, batch) with the same rows, in the same order per state, as each state's
+    ``KeyedStateScanner.batches``. Memory stays bounded by one window of key-groups
+    (``FAST_GROUP_BYTES`` or ``batch_rows`` rows of one state) plus the batches cut from it.
+    States in heap checkpoints or native RocksDB instances are read state by state."""
+
+    def __init__(self, scanners: list[KeyedStateScanner]):
+        self.scanners = scanners
+
+    def _one_pass(self, scanner: KeyedStateScanner) -> bool:
+        return scanner.heap is None and all(loc.layout not in (HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
+                                            for loc in scanner.state.locations)
+
+    def batches(self, key_groups: set[int] | None = None, subtasks: set[int] | None = None,
+                batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[tuple[str, pa.RecordBatch]]:
+        shared = [s for s in self.scanners if self._one_pass(s)]
+        # Streams in the order of the first state's locations: each state's rows keep its own order.
+        streams: dict[tuple, dict[int, KeyedLocation]] = {}
+        for index, scanner in enumerate(shared):
+            for loc in scanner.state.locations:
+                if subtasks is None or loc.subtask in subtasks:
+                    streams.setdefault((loc.subtask, loc.stream), {})[index] = loc
+        rows = [0] * len(shared)
+        window: list[tuple] = []  # (key_group, data, file, base, {state index: (location, positions)})
+        window_bytes = 0
+        for (subtask, stream), by_state in streams.items():
+            first = min(by_state)
+            location = by_state[first]
+            reader = shared[first]
+            state_count = location.state_count or reader.state_counts.get((subtask, stream), 0)
+            for key_group, data, file, base in reader._key_groups(location, key_groups):
+                found = self._locate_all(reader, key_group, data, location, file, base, state_count, by_state)
+                if not found:
+                    continue
+                window.append((key_group, data, file, base, found))
+                window_bytes += len(data)
+                for index, (_, positions) in found.items():
+                    rows[index] += len(positions[0])
+                if window_bytes >= FAST_GROUP_BYTES or max(rows) >= batch_rows:
+                    yield from self._flush(shared, window)
+                    window, window_bytes, rows = [], 0, [0] * len(shared)
+        yield from self._flush(shared, window)
+        for scanner in shared:
+            if not scanner.stats.rows:
+                yield scanner.state.name, scanner._batch(([], [], []))
+        for scanner in self.scanners:
+            if scanner not in shared:
+                locations = [loc for loc in scanner.state.locations if subtasks is None or loc.subtask in subtasks]
+                for batch in scanner.batches(locations, key_groups=key_groups, batch_rows=batch_rows):
+                    yield scanner.state.name, batch
+
+    @staticmethod
+    def _locate_all(reader: KeyedStateScanner, key_group: int, data: bytes, location: KeyedLocation, file: str,
+                    base: int, state_count: int, by_state: dict[int, KeyedLocation]) -> dict[int, tuple]:
+        """{state index: (its location, its entries' positions)} of the states with entries here."""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        capacity = len(data) // MIN_ENTRY_BYTES + 1
+        state_of = np.empty(capacity, dtype=np.int64)
+        positions = [np.empty(capacity, dtype=np.int64) for _ in range(4)]
+        count, error, at = walk_key_group_all(buf, state_count, reader.prefix, key_group, state_of, *positions)
+        if error != WALK_OK:
+            offset, within = _position(location, base, at)
+            got = f" ({_U16(data, at)[0]})" if error == WALK_BAD_STATE_ID else ""
+            raise FormatError(f"{WALK_ERRORS[error]}{got} in key-group {key_group} ({len(data)} bytes, "
+                              f"{state_count} states in the stream){within}", file=file, offset=offset,
+                              operator=reader.operator.label,
+                              hint="The state file is damaged or truncated")
+        state_of = state_of[:count]
+        positions = [p[:count] for p in positions]
+        found = {}
+        for index, loc in by_state.items():
+            # Flink writes each state's entries of a key-group as one run: usually a slice.
+            hits = np.flatnonzero(state_of == loc.state_id)
+            if not hits.size:
+                continue
+            if hits[-1] - hits[0] + 1 == hits.size:
+                found[index] = (loc, [p[hits[0]:hits[-1] + 1] for p in positions])
+            else:
+                found[index] = (loc, [p[hits] for p in positions])
+        return found
+
+    @staticmethod
+    def _flush(shared: list[KeyedStateScanner], window: list[tuple]) -> Iterator[tuple[str, pa.RecordBatch]]:
+        joined = None  # the window's bytes joined once for all its states
+        for index, scanner in enumerate(shared):
+            group = [(key_group, data, file, base, *found[index])
+                     for key_group, data, file, base, found in window if index in found]
+            if not group:
+                continue
+            if scanner.fast is not None:
+                if joined is None and len(group) > 1:
+                    starts, start = {}, 0
+                    for item in window:
+                        starts[id(item[1])] = start
+                        start += len(item[1])
+                    joined = (b"".join(item[1] for item in window), starts)
+                yield scanner.state.name, scanner._fast_batch(group, joined)
+                continue
+            columns: tuple[list, list, list] = ([], [], [])
+            for key_group, data, file, base, location, positions in group:
+                scanner._decode_key_group(key_group, data, location, columns, file, base, None, positions)
+            yield scanner.state.name, scanner._batch(columns)
+
+
 def _decode_exact(decoder, buf, pos: int, end: int, what: str):
     """A value that must fill its stored bytes exactly: a shorter or longer decode means the type or
     the bytes are not what the header says."""
@@ -649,4 +789,4 @@ def _hashable(value):
     return value
 
 
-__all__ = ["KeyedStateScanner", "OperatorStateScanner", "ReadStats", "scanner_for", "StatecatError"]
+__all__ = ["KeyedStateScanner", "OperatorKeyedScan", "OperatorStateScanner", "ReadStats", "scanner_for", "StatecatError"]
