@@ -14,6 +14,8 @@ can hold those keys are read. Spark still evaluates every filter itself; pushdow
 from __future__ import annotations
 
 import json
+import os
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -29,11 +31,40 @@ from statecat.catalog.tables import (
 from statecat.statemeta.errors import SavepointNotFoundError, StatecatError
 
 # Bytes of state data per Spark partition: a subtask's key-group range is split at key-group
-# boundaries once it holds more, so a large state spreads over executors even when the job ran with
-# few subtasks; small states stay one partition per subtask (a task costs more than reading them).
-PARTITION_BYTES = 32 << 20
+# boundaries into runs of about equal bytes once it holds more, so a large state spreads over
+# executors even when the job ran with few subtasks; small states stay one partition per subtask.
+# Each task costs about 0.1 s outside read() (bench/bench_spark.py --profile): 32 MB tasks spent 40 %
+# of a 1 GB scan's task time on that; 128 MB ones keep it small and still give each core 4 tasks.
+PARTITION_BYTES = 128 << 20
 _META_CACHE_SIZE = 8
+# A file to append each state partition's read() timing to (bench/bench_spark.py --profile).
+READ_PROFILE_ENV = "STATECAT_READ_PROFILE"
 _meta_cache: dict[str, object] = {}
+
+
+def _profiled(conform, batches, log_path: str) -> Iterator[pa.RecordBatch]:
+    """The state batches of one partition, timing decoding, conforming and what Spark does between
+    batches (serialising them to the JVM); one JSON line per partition appended to ``log_path``."""
+    times = dict.fromkeys(("decode_s", "conform_s", "consumer_s"), 0.0)
+    rows = count = size = 0
+    started = clock = time.perf_counter()
+    for batch in batches:
+        now = time.perf_counter()
+        times["decode_s"] += now - clock
+        if batch.num_rows:
+            batch = conform(batch)
+            rows, count, size = rows + batch.num_rows, count + 1, size + batch.nbytes
+            clock = time.perf_counter()
+            times["conform_s"] += clock - now
+            yield batch
+            now = time.perf_counter()
+            times["consumer_s"] += now - clock
+        clock = now
+    record = {k: round(v, 4) for k, v in times.items()}
+    record.update(rows=rows, batches=count, bytes=size, total_s=round(time.perf_counter() - started, 4),
+                  pid=os.getpid())
+    with open(log_path, "a") as log:
+        log.write(json.dumps(record) + "\n")
 
 
 class StatecatQueryError(StatecatError):
@@ -78,21 +109,25 @@ def key_group_bytes(location) -> dict[int, int]:
     return {location.start_key_group + i: ends[o] - o for i, o in enumerate(location.offsets) if o > 0}
 
 
-def split_key_groups(location, key_groups: tuple[int, ...] | None, target_bytes: int) -> list[tuple[int, ...]]:
-    """The location's key-groups (or the given subset) in consecutive runs of about ``target_bytes``."""
+def balanced_key_groups(location, key_groups: tuple[int, ...] | None, target_bytes: int) -> list[tuple[int, ...]]:
+    """The location's key-groups (or the given subset) in as many consecutive runs of about equal
+    bytes as runs of ``target_bytes`` they fill (at least one): tasks of one size, so no core idles
+    on a short last run while another still reads a full one."""
     sizes = key_group_bytes(location)
     groups = key_groups if key_groups is not None else tuple(
         range(location.start_key_group, location.start_key_group + location.num_key_groups))
+    total = sum(sizes.get(g, 0) for g in groups)
+    runs = max(1, round(total / target_bytes))
     chunks: list[tuple[int, ...]] = []
     current: list[int] = []
-    current_bytes = 0
+    done = 0
     for group in groups:
-        size = sizes.get(group, 0)
-        if current and current_bytes + size > target_bytes:
-            chunks.append(tuple(current))
-            current, current_bytes = [], 0
         current.append(group)
-        current_bytes += size
+        done += sizes.get(group, 0)
+        # Cut where the bytes read so far pass the next equal share (a key-group is never split).
+        if len(chunks) < runs - 1 and done * runs >= total * (len(chunks) + 1):
+            chunks.append(tuple(current))
+            current = []
     if current:
         chunks.append(tuple(current))
     return chunks
@@ -224,7 +259,7 @@ class FlinkStateReader(DataSourceReader):
                 out.append(StatePartition(part, state.kind))
                 continue
             location = next(loc for loc in state.locations if loc.subtask == part.subtask)
-            chunks = split_key_groups(location, part.key_groups, PARTITION_BYTES)
+            chunks = balanced_key_groups(location, part.key_groups, PARTITION_BYTES)
             if len(chunks) == 1 and part.key_groups is None:
                 out.append(StatePartition(part, state.kind, keys))
                 continue
@@ -272,7 +307,9 @@ class FlinkStateReader(DataSourceReader):
             reader = SavepointReader(meta, unpickle=ref.unpickle)
             keys = list(partition.keys) if partition.keys is not None else None
             batches = reader.read_partition(part, keys=keys)
-            if ref.kind == "state":
+            if ref.kind == "state" and os.environ.get(READ_PROFILE_ENV):
+                yield from _profiled(self._conform, batches, os.environ[READ_PROFILE_ENV])
+            elif ref.kind == "state":
                 for batch in batches:
                     if batch.num_rows:
                         yield self._conform(batch)
@@ -338,5 +375,5 @@ __all__ = [
     "FlinkStateReader",
     "StatePartition",
     "StatecatQueryError",
-    "split_key_groups",
+    "balanced_key_groups",
 ]

@@ -206,8 +206,8 @@ def test_filters_statecat_cannot_use_are_left_to_spark():
     assert [p.value for p in nothing.partitions()] == [None]
 
 
-def test_large_subtask_ranges_split_into_partitions_at_key_group_boundaries():
-    from statecat.catalog.source import key_group_bytes, split_key_groups
+def test_large_subtask_ranges_split_into_partitions_of_equal_bytes_at_key_group_boundaries():
+    from statecat.catalog.source import balanced_key_groups, key_group_bytes
     from statecat.statemeta.model import load_state_meta
 
     _, state = load_state_meta(str(savepoint_dir(GROUPBY_CASE))).find_state("accState")
@@ -215,11 +215,13 @@ def test_large_subtask_ranges_split_into_partitions_at_key_group_boundaries():
     sizes = key_group_bytes(location)
     total = sum(sizes.values())
     all_groups = tuple(range(location.start_key_group, location.start_key_group + len(location.offsets)))
-    assert split_key_groups(location, None, total) == [all_groups]
-    chunks = split_key_groups(location, None, total // 4)
-    assert 4 <= len(chunks) <= 6 and tuple(g for c in chunks for g in c) == all_groups
-    assert all(sum(sizes.get(g, 0) for g in c) <= total // 4 or len(c) == 1 for c in chunks)
-    assert split_key_groups(location, (all_groups[3],), 1) == [(all_groups[3],)]
+    assert balanced_key_groups(location, None, total) == [all_groups]
+    chunks = balanced_key_groups(location, None, total // 4)
+    assert len(chunks) == 4 and tuple(g for c in chunks for g in c) == all_groups
+    # Each run ends where the bytes so far first reach its equal share: short by less than one key-group.
+    largest = max(sizes.values())
+    assert all(abs(sum(sizes.get(g, 0) for g in c) - total / 4) < 2 * largest for c in chunks)
+    assert balanced_key_groups(location, (all_groups[3],), 1) == [(all_groups[3],)]
 
 
 # ----------------------------------------------------------------------------- attach

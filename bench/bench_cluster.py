@@ -1,0 +1,173 @@
+"""The Spark full scan of a savepoint table on a standalone cluster: one worker, then two (one core each).
+
+    .venv/bin/python bench/bench_cluster.py [--keys 13500000] [--dir /tmp/statecat-bench] [--repeat 3]
+
+Starts a standalone Spark master and one worker (``spark-class ...deploy.master.Master`` /
+``...deploy.worker.Worker`` from the pyspark distribution, on 127.0.0.1; each worker offers one
+core and is pinned to its own CPU with ``taskset``, executor and Python workers included), attaches
+bench_scan.py's generated savepoint (generated once with real Flink) in a session on that master
+and times ``SELECT count(*), sum(value.f1), max(length(key))`` over its ``accState`` table; then
+starts a second worker, waits for the session's second executor and times the same query again.
+Prints both times and the speed-up. Everything it starts is stopped at the end, also on error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_scan import ensure_savepoint, keyed_bytes  # noqa: E402
+from bench_spark import SCAN, state_table, timed  # noqa: E402
+
+HOST = "127.0.0.1"
+START_TIMEOUT_S = 120
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def spark_class() -> str:
+    import pyspark
+
+    return os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-class")
+
+
+class Cluster:
+    """A standalone master and its workers, each a spark-class process in its own process group."""
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+        self.processes: list[subprocess.Popen] = []
+        self.port, self.ui_port = free_port(), free_port()
+        self.env = dict(os.environ, SPARK_LOCAL_IP=HOST, SPARK_LOG_DIR=str(scratch / "logs"),
+                        PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        self.url = f"spark://{HOST}:{self.port}"
+
+    def _start(self, name: str, command: list[str]) -> None:
+        log = open(self.scratch / f"{name}.log", "w")
+        self.processes.append(subprocess.Popen(command, env=self.env, stdout=log,
+                                               stderr=subprocess.STDOUT, start_new_session=True))
+
+    def start_master(self) -> None:
+        self._start("master", [spark_class(), "org.apache.spark.deploy.master.Master", "--host", HOST,
+                               "--port", str(self.port), "--webui-port", str(self.ui_port)])
+        self._wait(lambda state: state.get("status") == "ALIVE", "the master")
+
+    def add_worker(self) -> None:
+        index = len(self.processes)
+        work = self.scratch / f"worker-{index}"
+        work.mkdir()
+        # Pinned to one CPU: the executor and its Python workers (the worker's children) inherit it,
+        # so "one core" holds for the decoding Python process as well as the JVM reading its batches.
+        cpu = (index - 1) % os.cpu_count()
+        self._start(f"worker-{index}", ["taskset", "-c", str(cpu), spark_class(), "org.apache.spark.deploy.worker.Worker",
+                                        "--host", HOST, "--cores", "1", "--memory", "3g",
+                                        "--webui-port", str(free_port()), "--work-dir", str(work), self.url])
+        self._wait(lambda state: sum(w["state"] == "ALIVE" for w in state.get("workers", ())) == index,
+                   f"worker {index}")
+
+    def _wait(self, ready, what: str) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            for process in self.processes:
+                if process.poll() is not None:
+                    raise SystemExit(f"{what} exited ({process.returncode}); see {self.scratch}/*.log")
+            try:
+                with urllib.request.urlopen(f"http://{HOST}:{self.ui_port}/json", timeout=5) as response:
+                    if ready(json.load(response)):
+                        return
+            except OSError:
+                pass  # not listening yet
+            time.sleep(0.5)
+        raise SystemExit(f"{what} did not start within {START_TIMEOUT_S} s; see {self.scratch}/*.log")
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):  # workers first, then the master
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in self.processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+
+
+def wait_executors(spark, count: int) -> None:
+    """Waits (bounded) until the application holds ``count`` executors besides the driver."""
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() - 1 >= count:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"the application did not get {count} executors within {START_TIMEOUT_S} s")
+
+
+def best_scan(spark, sql: str, repeat: int) -> tuple[float, int]:
+    _, rows = timed(spark, sql)  # warm-up: the new executor's Python workers, page cache
+    return min(timed(spark, sql)[0] for _ in range(repeat)), rows[0][0]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keys", type=int, default=13_500_000)
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "statecat-bench")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+
+    savepoint = ensure_savepoint(args.dir, args.keys)
+    print(f"savepoint: {savepoint} (keyed state streams {keyed_bytes(savepoint) / 1e6:.0f} MB)")
+    os.environ["STATECAT_METASTORE"] = "embedded"
+    scratch = Path(tempfile.mkdtemp(prefix="cluster-", dir=args.dir))
+    cluster = Cluster(scratch)
+    spark = None
+    try:
+        cluster.start_master()
+        cluster.add_worker()
+        from statecat.catalog.sessions import session
+
+        spark = session(str(scratch / "home"), master=cluster.url, quiet=True, conf={
+            "spark.driver.host": HOST, "spark.driver.bindAddress": HOST,
+            "spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "2g"})
+        wait_executors(spark, 1)
+        table = state_table(spark, savepoint)
+        partitions = spark.table(table).rdd.getNumPartitions()
+        sql = SCAN.format(table=table)
+        one, rows = best_scan(spark, sql, args.repeat)
+        cluster.add_worker()
+        wait_executors(spark, 2)
+        two, rows_two = best_scan(spark, sql, args.repeat)
+        if rows_two != rows:
+            raise SystemExit(f"two workers counted {rows_two} rows, one worker {rows}")
+        print(f"\nfull scan ({SCAN.format(table='...')}), {rows:,} rows in {partitions} partitions, "
+              f"standalone cluster on {HOST}, best of {args.repeat}:")
+        print(f"  1 worker  (1 core):  {one:.2f} s = {rows / one / 1e6:.2f} M rows/s")
+        print(f"  2 workers (1 core each): {two:.2f} s = {rows / two / 1e6:.2f} M rows/s")
+        print(f"  speed-up 1 -> 2 workers: {one / two:.2f} (target >= 1.7)")
+    finally:
+        if spark is not None:
+            spark.stop()
+        cluster.stop()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    main()
