@@ -40,67 +40,13 @@ JAVA_DTYPES = {"long": np.dtype(">i8"), "int": np.dtype(">i4"), "short": np.dtyp
 
 
 @numba.njit(cache=True, nogil=True)
-def walk_key_group(buf, state_id, state_count, prefix, key_group, key_at, key_len, val_at, val_len):  # pragma: no cover - compiled
-    """Positions of the entries of ``state_id`` in one key-group; returns (count, error, error position).
+def walk_key_group_all(buf, state_count, prefix, key_group, state_of, key_at, key_len, val_at, val_len):  # pragma: no cover - compiled
+    """Positions of the entries of every state in one key-group, with each entry's state id in
+    ``state_of``; returns (count, error, error position).
 
     Numba does not check bounds: every length is checked against the bytes left before it is
     used, and the output arrays' capacity before each store. Each entry advances ``pos`` by at
     least ``MIN_ENTRY_BYTES``, so the walk ends."""
-    size = buf.shape[0]
-    capacity = key_at.shape[0]
-    if size < 2:
-        return 0, WALK_OVERRUN, 0
-    current = (np.int64(buf[0]) << 8) | buf[1]
-    if current >= state_count:
-        return 0, WALK_BAD_STATE_ID, 0
-    pos = 2
-    n = 0
-    while True:
-        if pos + 4 > size:
-            return n, WALK_OVERRUN, pos
-        klen = (np.int64(buf[pos]) << 24) | (np.int64(buf[pos + 1]) << 16) | (np.int64(buf[pos + 2]) << 8) | buf[pos + 3]
-        kat = pos + 4
-        vpos = kat + klen
-        if klen < prefix or klen >= 0x80000000 or vpos + 4 > size:
-            return n, WALK_OVERRUN, pos
-        vlen = (np.int64(buf[vpos]) << 24) | (np.int64(buf[vpos + 1]) << 16) | (np.int64(buf[vpos + 2]) << 8) | buf[vpos + 3]
-        vat = vpos + 4
-        if vlen >= 0x80000000 or vat + vlen > size:
-            return n, WALK_OVERRUN, vpos
-        pos = vat + vlen
-        first = buf[kat]
-        if current == state_id:
-            if prefix == 1:
-                group = first & 0x7F
-            else:
-                group = (np.int64(first & 0x7F) << 8) | buf[kat + 1]
-            if group != key_group:
-                return n, WALK_WRONG_GROUP, kat
-            if n >= capacity:
-                return n, WALK_OVERRUN, kat
-            key_at[n] = kat
-            key_len[n] = klen
-            val_at[n] = vat
-            val_len[n] = vlen
-            n += 1
-        if first & FLAG:
-            if pos + 2 > size:
-                return n, WALK_OVERRUN, pos
-            current = (np.int64(buf[pos]) << 8) | buf[pos + 1]
-            if current == END_OF_KEY_GROUP:
-                if pos + 2 != size:
-                    return n, WALK_OVERRUN, pos + 2
-                return n, WALK_OK, pos + 2
-            if current >= state_count:
-                return n, WALK_BAD_STATE_ID, pos
-            pos += 2
-
-
-@numba.njit(cache=True, nogil=True)
-def walk_key_group_all(buf, state_count, prefix, key_group, state_of, key_at, key_len, val_at, val_len):  # pragma: no cover - compiled
-    """Positions of the entries of every state in one key-group, with each entry's state id in
-    ``state_of``; returns (count, error, error position). The same walk and checks as
-    ``walk_key_group``, so that several states of a stream are located in one pass."""
     size = buf.shape[0]
     capacity = key_at.shape[0]
     if size < 2:

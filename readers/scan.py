@@ -23,7 +23,6 @@ from statecat.readers.fastscan import (
     WALK_OK,
     ColumnExtractor,
     plan_column,
-    walk_key_group,
     walk_key_group_all,
 )
 from statecat.readers.decoders import (
@@ -390,9 +389,10 @@ class KeyedStateScanner:
             return np.frombuffer(data, dtype=np.uint8), native_positions  # merged from SST files
         buf = np.frombuffer(data, dtype=np.uint8)
         capacity = len(data) // MIN_ENTRY_BYTES + 1
+        state_of = np.empty(capacity, dtype=np.int64)
         positions = [np.empty(capacity, dtype=np.int64) for _ in range(4)]
         state_count = location.state_count or self.state_counts.get((location.subtask, location.stream), 0)
-        count, error, at = walk_key_group(buf, location.state_id, state_count, self.prefix, key_group, *positions)
+        count, error, at = walk_key_group_all(buf, state_count, self.prefix, key_group, state_of, *positions)
         if error != WALK_OK:
             offset, within = _position(location, base, at)
             got = f" ({_U16(data, at)[0]})" if error == WALK_BAD_STATE_ID else ""
@@ -400,7 +400,8 @@ class KeyedStateScanner:
                               f"{state_count} states in the stream){within}", file=file,
                               offset=offset, operator=self.operator.label, state=self.state.name,
                               hint="The state file is damaged or truncated")
-        return buf, [p[:count] for p in positions]
+        mine = state_of[:count] == location.state_id
+        return buf, [p[:count][mine] for p in positions]
 
     def _decode_key_group(self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int,
                           wanted, positions=None) -> None:
