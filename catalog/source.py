@@ -142,6 +142,17 @@ class StatePartition(InputPartition):
         self.keys = keys  # only rows of these keys (their key-groups are the partition's); None: all
 
 
+class OperatorKeyedPartition(InputPartition):
+    """One task of an operator table: every wanted keyed state of one subtask (optionally a run of its
+    key-groups), read in one pass over their shared key-group bytes."""
+
+    def __init__(self, operator_id: str, subtask: int, key_groups: tuple[int, ...] | None, kinds: dict[str, str]):
+        self.operator_id = operator_id
+        self.subtask = subtask
+        self.key_groups = key_groups
+        self.kinds = kinds  # state name -> kind, in the operator's order
+
+
 class FlinkStateDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
@@ -230,15 +241,32 @@ class FlinkStateReader(DataSourceReader):
             if ref.kind == "state":
                 return self._state_partitions(meta, ref.state, ref.operator) or [InputPartition(None)]
             op = meta.operator(ref.operator)
+            wanted = [state for state in op.states if self.state_names is None or state.name in self.state_names]
             parts = []
-            for state in op.states:
-                if self.state_names is None or state.name in self.state_names:
+            for state in wanted:
+                if not state.is_keyed:
                     parts.extend(self._state_partitions(meta, state.name, op.id))
+            parts.extend(self._operator_keyed_partitions(op, [state for state in wanted if state.is_keyed]))
             return parts or [InputPartition(None)]
         except StatecatError as exc:
             # One frame in the traceback Spark shows, as in read().
             failure = _query_error(ref, exc, attached=self.attached)
             raise failure from None
+
+    @staticmethod
+    def _operator_keyed_partitions(op, states) -> list[OperatorKeyedPartition]:
+        """Per subtask, runs of key-groups of about equal bytes; each covers every keyed state."""
+        kinds = {state.name: state.kind for state in states}
+        locations: dict[int, object] = {}  # subtask -> a location of its keyed stream
+        for state in states:
+            for location in state.locations:
+                locations.setdefault(location.subtask, location)
+        parts = []
+        for subtask, location in sorted(locations.items()):
+            chunks = balanced_key_groups(location, None, PARTITION_BYTES)
+            for chunk in chunks if len(chunks) > 1 else [None]:
+                parts.append(OperatorKeyedPartition(op.id, subtask, chunk, kinds))
+        return parts
 
     def _state_partitions(self, meta, state_name: str, operator: str | None) -> list[StatePartition]:
         from statecat.readers import Partition, SavepointReader
@@ -297,6 +325,9 @@ class FlinkStateReader(DataSourceReader):
             except StatecatError as exc:
                 raise StatecatQueryError(str(exc)) from None
             return
+        if isinstance(partition, OperatorKeyedPartition):
+            yield from self._read_operator_keyed(partition)
+            return
         if not isinstance(partition, StatePartition):
             return  # nothing to read (no key-group can hold the pushed keys, or no states)
         part = partition.partition
@@ -326,6 +357,22 @@ class FlinkStateReader(DataSourceReader):
                                             operator_label=label), exc, attached=self.attached)
             # Raised here, the outermost reader frame, without its cause: the Python traceback Spark
             # embeds in its error (and spark-sql prints) is this one line plus statecat's message.
+            raise failure from None
+
+    def _read_operator_keyed(self, partition: OperatorKeyedPartition) -> Iterator[pa.RecordBatch]:
+        ref = self.ref
+        try:
+            from statecat.readers import SavepointReader
+
+            reader = SavepointReader(_state_meta(ref.savepoint, ref.descriptors), unpickle=ref.unpickle)
+            key_groups = set(partition.key_groups) if partition.key_groups is not None else None
+            for state, batch in reader.operator_batches(partition.operator_id, list(partition.kinds),
+                                                        key_groups=key_groups, subtasks={partition.subtask}):
+                yield from self._as_json([batch], state, partition.kinds[state], partition.subtask)
+        except StatecatError as exc:
+            # As read() does for one state: the one frame Spark shows (the reader's message names the state).
+            failure = _query_error(TableRef(ref.kind, ref.savepoint, partition.operator_id, None,
+                                            operator_label=ref.operator_label), exc, attached=self.attached)
             raise failure from None
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -373,6 +420,7 @@ __all__ = [
     "PARTITION_BYTES",
     "FlinkStateDataSource",
     "FlinkStateReader",
+    "OperatorKeyedPartition",
     "StatePartition",
     "StatecatQueryError",
     "balanced_key_groups",

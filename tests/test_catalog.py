@@ -367,6 +367,14 @@ def test_operator_table_spans_all_states_as_json(spark):
     pruned = spark.sql("SELECT * FROM sql_window_2_3.windowaggregate WHERE state_name = 'watermark'")
     assert pruned.rdd.getNumPartitions() == 2  # the union state's two subtasks only
     assert pruned.count() == 2
+    # The keyed states are read in one pass per subtask (one task each), not once per state.
+    from statecat.statemeta.model import load_state_meta
+
+    op = load_state_meta(str(savepoint_dir("sql_window_2.3"))).find_state("window-aggs")[0]
+    keyed_subtasks = {loc.subtask for s in op.states if s.is_keyed for loc in s.locations}
+    other_locations = sum(len(s.locations) for s in op.states if not s.is_keyed)
+    assert len([s for s in op.states if s.is_keyed]) > 1
+    assert spark.table("sql_window_2_3.windowaggregate").rdd.getNumPartitions() == len(keyed_subtasks) + other_locations
 
 
 @pytest.mark.spark
