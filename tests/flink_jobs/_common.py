@@ -8,6 +8,7 @@ savepoint and write {"savepoint": path, ...} as JSON to --result.
 import argparse
 import json
 import os
+import random
 import socket
 import sys
 import time
@@ -48,11 +49,25 @@ def add_phase_args(p):
 
 
 def free_port():
-    # Flink's REST port must be known to poll metrics; a just-released ephemeral port is
-    # good enough on a machine where only one job runs at a time.
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range for Flink's REST endpoint (its port must be
+    known to poll metrics). A just-released ephemeral port can be handed to any socket the job's
+    own gateway JVM or another process opens before Flink binds it; ports below the range are
+    only ever taken by explicit binds."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral_low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral_low = 32768
+    below = range(20000, max(ephemeral_low, 20001))
+    candidates = random.SystemRandom().sample(below, min(50, len(below)))
+    for port in candidates:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port below the ephemeral range for Flink's REST endpoint")
 
 
 def flink_version():
