@@ -98,13 +98,18 @@ def walk_key_group_all(buf, state_count, prefix, key_group, state_of, key_at, ke
 
 
 @numba.njit(cache=True, nogil=True)
-def java_ascii_strings(buf, at, end, starts, lengths):  # pragma: no cover - compiled
-    """StringValue strings whose length and characters are all single-byte varints (ASCII).
+def java_ascii_column(buf, at, end, offsets, data, stops):  # pragma: no cover - compiled
+    """StringValue strings whose length and characters are all single-byte varints (ASCII), copied
+    into an Arrow string column (``offsets``, ``data``) in the same pass that checks them.
 
-    Each string must lie within its entry (``at[i]`` to ``end[i]``). Returns the index of the
-    first string that is not ASCII or not within its entry (or -1): the caller then decodes
-    with the general decoder, which reports damage with its file and offset."""
+    Each string must lie within its entry (``at[i]`` to ``end[i]``); ``stops[i]`` gets the position
+    after it. Returns the index of the first string that is not ASCII, not within its entry or not
+    within ``data`` (or -1): the caller then decodes with the general decoder, which reports damage
+    with its file and offset."""
     size = buf.shape[0]
+    room = data.shape[0]
+    q = 0
+    offsets[0] = 0
     for i in range(at.shape[0]):
         p = at[i]
         stop = end[i]
@@ -114,13 +119,17 @@ def java_ascii_strings(buf, at, end, starts, lengths):  # pragma: no cover - com
         if n == 0 or n >= 0x80:
             return i
         n -= 1
-        if p + 1 + n > stop:
+        p += 1
+        if p + n > stop or q + n > room:
             return i
-        for j in range(p + 1, p + 1 + n):
-            if buf[j] >= 0x80:
+        for j in range(n):
+            c = buf[p + j]
+            if c >= 0x80:
                 return i
-        starts[i] = p + 1
-        lengths[i] = n
+            data[q + j] = c
+        q += n
+        offsets[i + 1] = q
+        stops[i] = p + n
     return -1
 
 
@@ -320,11 +329,12 @@ def gather(buf: np.ndarray, at: np.ndarray, width: int, end: np.ndarray) -> np.n
 
 
 def strings_from_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, nulls: np.ndarray | None,
-                        arrow: pa.DataType) -> pa.Array | None:
+                        arrow: pa.DataType, *, ascii_checked: bool = False) -> pa.Array | None:
     """An Arrow string/binary array cut out of ``buf`` without a Python object per value.
 
     None when a range lies outside ``buf`` or a string is not valid UTF-8: the per-record decoders
-    then read those rows (replacing malformed UTF-8 as Flink does, see ``decoders``)."""
+    then read those rows (replacing malformed UTF-8 as Flink does, see ``decoders``).
+    ``ascii_checked``: the caller's compiled walk already saw every byte below 0x80."""
     n = starts.shape[0]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
@@ -341,13 +351,31 @@ def strings_from_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
     else:
         large = pa.large_string() if is_string else pa.large_binary()
         array = pa.Array.from_buffers(large, n, [validity, pa.py_buffer(offsets), pa.py_buffer(data)])
-    if is_string and data.size and data.max() >= 0x80:
+    if is_string and not ascii_checked and data.size and data.max() >= 0x80:
         try:  # ASCII needs no check; anything else is checked once per array, in Arrow's compiled code
             array.validate(full=True)
         except pa.ArrowInvalid:
             return None
     return array if array.type == arrow else array.cast(arrow)
 
+
+
+def ascii_string_column(buf: np.ndarray, at: np.ndarray, end: np.ndarray,
+                        arrow: pa.DataType) -> tuple[pa.Array | None, np.ndarray | None]:
+    """Java strings of ASCII characters as an Arrow column, and the position after each; (None,
+    None) when some string needs the per-record decoders."""
+    n = at.shape[0]
+    room = int((end - at).sum()) if n else 0  # no string is longer than its entry
+    wide = room >= 2**31
+    offsets = np.empty(n + 1, dtype=np.int64 if wide else np.int32)
+    data = np.empty(room, dtype=np.uint8)
+    stops = np.empty(n, dtype=np.int64)
+    if java_ascii_column(buf, at, end, offsets, data, stops) != -1:
+        return None, None
+    data = data[:int(offsets[-1])]
+    column = pa.large_string() if wide else pa.string()
+    array = pa.Array.from_buffers(column, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+    return (array if array.type == arrow else array.cast(arrow)), stops
 
 @dataclass(frozen=True)
 class ColumnPlan:
@@ -481,7 +509,7 @@ class ColumnExtractor:
             if list_ascii_strings(buf, at, end, counts, starts, lengths) != -1:
                 return None
             k = int(counts.sum())
-            elements = strings_from_ranges(buf, starts[:k], lengths[:k], None, plan.arrow)
+            elements = strings_from_ranges(buf, starts[:k], lengths[:k], None, plan.arrow, ascii_checked=True)
             if elements is None:
                 return None
         offsets = np.zeros(n + 1, dtype=np.int32)
@@ -512,12 +540,7 @@ class ColumnExtractor:
             pairs = raw.view(">i8").reshape(n, 2).astype(np.int64)
             return pa.StructArray.from_arrays([pa.array(pairs[:, 0]), pa.array(pairs[:, 1])], names=["start", "end"]), at + 16
         if kind == "java_string":
-            starts = np.empty(n, dtype=np.int64)
-            lengths = np.empty(n, dtype=np.int64)
-            if java_ascii_strings(buf, at, end, starts, lengths) != -1:
-                return None, None
-            strings = strings_from_ranges(buf, starts, lengths, None, plan.arrow)
-            return (None, None) if strings is None else (strings, starts + lengths)
+            return ascii_string_column(buf, at, end, plan.arrow)
         if kind == "java_bytes":  # i32 length, then the bytes
             raw = gather(buf, at, 4, end)
             if raw is None:

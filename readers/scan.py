@@ -116,6 +116,50 @@ def _read_up_to(stream, n: int) -> bytes:
     return b"".join(pieces)
 
 
+class WindowBuffer:
+    """Consecutive key-groups' bytes read into one buffer that is reused from window to window.
+
+    The column cut of a window then needs no copy to join its key-groups, and no fresh pages from
+    the kernel for every window. Reuse is safe because every column cut out of it is a copy; a
+    window is reset only after all its batches were built. A key-group that does not fit is read
+    on its own (``read`` returns None) and its window is joined as before."""
+
+    def __init__(self, capacity: int | None = None):
+        # A window flushes once it holds FAST_GROUP_BYTES, so most windows fit in twice that.
+        self.data = bytearray(2 * FAST_GROUP_BYTES if capacity is None else capacity)
+        self.view = memoryview(self.data)
+        self.used = 0
+        self.starts: dict[int, int] = {}  # id of a view handed out in this window -> its start
+
+    def read(self, stream, n: int) -> memoryview | None:
+        """The next ``n`` bytes of ``stream`` in the buffer (fewer at the end of the file), or None
+        (nothing read) when they do not fit."""
+        start = self.used
+        if start + n > len(self.data):
+            return None
+        got = 0
+        while got < n:
+            count = stream.readinto(self.view[start + got:start + n])
+            if not count:
+                break
+            got += count
+        self.used = start + got
+        part = self.view[start:start + got]
+        self.starts[id(part)] = start
+        return part
+
+    def joined(self, datas: list) -> tuple | None:
+        """(the buffer's filled bytes, {id of each data: its start}) when every one of ``datas``
+        was read into this buffer in this window, else None."""
+        if all(id(data) in self.starts for data in datas):
+            return self.view[:self.used], self.starts
+        return None
+
+    def reset(self) -> None:
+        self.used = 0
+        self.starts = {}
+
+
 class KeyedStateScanner:
     """Decodes one keyed (or timer) state of one operator."""
 
@@ -239,17 +283,19 @@ class KeyedStateScanner:
         """Walks each key-group compiled, then cuts columns out of many key-groups at once."""
         group: list[tuple] = []  # (key_group, data, file, base, state_id, positions)
         group_rows = group_bytes = 0
+        window = WindowBuffer()
         for location in locations:
-            for key_group, data, file, base in self._key_groups(location, key_groups, keys):
+            for key_group, data, file, base in self._key_groups(location, key_groups, keys, window):
                 _, positions = self._locate(key_group, data, location, file, base)
                 group.append((key_group, data, file, base, location, positions))
                 group_rows += len(positions[0])
                 group_bytes += len(data)
                 if group_rows >= batch_rows or group_bytes >= FAST_GROUP_BYTES:
-                    yield self._fast_batch(group)
+                    yield self._fast_batch(group, window.joined([item[1] for item in group]))
                     group, group_rows, group_bytes = [], 0, 0
+                    window.reset()
         if group or not self.stats.rows:
-            yield self._fast_batch(group)
+            yield self._fast_batch(group, window.joined([item[1] for item in group]))
 
     def _fast_batch(self, group: list[tuple], joined: tuple | None = None) -> pa.RecordBatch:
         """``joined``: (bytes, {id of a key-group's data: its start in them}) when the caller already
@@ -291,11 +337,13 @@ class KeyedStateScanner:
                               operator=self.operator.label, state=self.state.name) from exc
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def _key_groups(self, location: KeyedLocation, key_groups: set[int] | None, keys: list | None = None):
+    def _key_groups(self, location: KeyedLocation, key_groups: set[int] | None, keys: list | None = None,
+                    window: WindowBuffer | None = None):
         """(key-group, bytes, file, file offset) of each wanted non-empty key-group, in order.
 
         ``keys``: the only keys wanted (a hint: a native RocksDB instance then reads only the
-        blocks that can hold them; other layouts read their whole key-groups)."""
+        blocks that can hold them; other layouts read their whole key-groups). ``window``: read
+        uncompressed key-groups into it (its views are only valid until the caller resets it)."""
         if location.layout == NATIVE_ROCKSDB_LAYOUT:
             yield from self._native_key_groups(location, key_groups, keys)
             return
@@ -312,7 +360,11 @@ class KeyedStateScanner:
                 end = ends[i]
                 if offset != position:
                     stream.seek(base + offset)
-                data = _read_up_to(stream, end - offset)
+                data = None
+                if window is not None and not location.compressed:
+                    data = window.read(stream, end - offset)
+                if data is None:
+                    data = _read_up_to(stream, end - offset)
                 position = end
                 if len(data) != end - offset:
                     raise FormatError(f"expected key-group {key_group} to span {end - offset} bytes, the file ends "
@@ -410,6 +462,8 @@ class KeyedStateScanner:
         if location.layout == HEAP_CHECKPOINT_LAYOUT:
             self._heap_decoder().decode(key_group, data, location, columns, file, base, wanted)
             return
+        if isinstance(data, memoryview):  # a WindowBuffer's view: the record decoders slice bytes
+            data = bytes(data)
         if positions is None:
             _, positions = self._locate(key_group, data, location, file, base)
         key_at, key_len, value_at, value_len = positions
@@ -656,12 +710,13 @@ class OperatorKeyedScan:
         rows = [0] * len(shared)
         window: list[tuple] = []  # (key_group, data, file, base, {state index: (location, positions)})
         window_bytes = 0
+        buffer = WindowBuffer()
         for (subtask, stream), by_state in streams.items():
             first = min(by_state)
             location = by_state[first]
             reader = shared[first]
             state_count = location.state_count or reader.state_counts.get((subtask, stream), 0)
-            for key_group, data, file, base in reader._key_groups(location, key_groups):
+            for key_group, data, file, base in reader._key_groups(location, key_groups, window=buffer):
                 found = self._locate_all(reader, key_group, data, location, file, base, state_count, by_state)
                 if not found:
                     continue
@@ -670,9 +725,10 @@ class OperatorKeyedScan:
                 for index, (_, positions) in found.items():
                     rows[index] += len(positions[0])
                 if window_bytes >= FAST_GROUP_BYTES or max(rows) >= batch_rows:
-                    yield from self._flush(shared, window)
+                    yield from self._flush(shared, window, buffer.joined([item[1] for item in window]))
                     window, window_bytes, rows = [], 0, [0] * len(shared)
-        yield from self._flush(shared, window)
+                    buffer.reset()
+        yield from self._flush(shared, window, buffer.joined([item[1] for item in window]))
         for scanner in shared:
             if not scanner.stats.rows:
                 yield scanner.state.name, scanner._batch(([], [], []))
@@ -713,8 +769,10 @@ class OperatorKeyedScan:
         return found
 
     @staticmethod
-    def _flush(shared: list[KeyedStateScanner], window: list[tuple]) -> Iterator[tuple[str, pa.RecordBatch]]:
-        joined = None  # the window's bytes joined once for all its states
+    def _flush(shared: list[KeyedStateScanner], window: list[tuple],
+               joined: tuple | None) -> Iterator[tuple[str, pa.RecordBatch]]:
+        """``joined``: the window's bytes as one buffer (WindowBuffer.joined), or None: then they
+        are joined here once for all its states."""
         for index, scanner in enumerate(shared):
             group = [(key_group, data, file, base, *found[index])
                      for key_group, data, file, base, found in window if index in found]

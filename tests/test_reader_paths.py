@@ -10,8 +10,8 @@ from statecat.readers import SavepointReader
 from statecat.readers.keygroups import key_group_for, murmur_hash
 from statecat.readers.scan import KeyedStateScanner
 from statecat.statemeta.model import load_state_meta
-from tests.acceptance import find_operator
-from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir
+from tests.acceptance import check_state_rows, find_operator
+from tests.fixtures.expected import CASES, case_dir, iter_states, load_expected, savepoint_dir
 
 EXAMPLE = "sql_groupby_hashmap_2.3"
 
@@ -92,3 +92,50 @@ def test_key_filtered_read_equals_filtered_full_scan(case, expected_op, state):
     filtered = reader.table(state, operator, keys=[key]).to_pylist()
     assert filtered == [row for row in full if row["key"] == key]
     assert reader.last_stats.key_groups == 1
+
+
+def _count_window_reads(monkeypatch) -> dict:
+    from statecat.readers import scan
+
+    reads = {"buffered": 0, "alone": 0}
+    original = scan.WindowBuffer.read
+
+    def counting_read(self, stream, n):
+        part = original(self, stream, n)
+        reads["alone" if part is None else "buffered"] += 1
+        return part
+
+    monkeypatch.setattr(scan.WindowBuffer, "read", counting_read)
+    return reads
+
+
+@pytest.mark.parametrize("case,operator,state", list(_keyed_states()))
+def test_windows_of_a_few_key_groups_give_the_same_rows(case, operator, state, monkeypatch):
+    """Tiny windows: key-groups larger than the reused window buffer are read on their own and
+    joined with the buffer's ones; the rows stay those of the per-record decoders."""
+    from statecat.readers import scan
+
+    meta = load_state_meta(savepoint_dir(case))
+    op = meta.operator(operator)
+    info = op.state(state)
+    general = KeyedStateScanner(meta, op, info)
+    general.fast = None
+    general_rows = pa.Table.from_batches(list(general.batches()), schema=general.schema)
+    monkeypatch.setattr(scan, "FAST_GROUP_BYTES", 256)
+    fast = KeyedStateScanner(meta, op, info)
+    assert pa.Table.from_batches(list(fast.batches()), schema=fast.schema).equals(general_rows)
+    together = scan.OperatorKeyedScan([KeyedStateScanner(meta, op, info)])
+    one_pass = pa.Table.from_batches([batch for _, batch in together.batches()], schema=fast.schema)
+    assert one_pass.equals(general_rows)
+
+
+def test_a_window_mixes_buffered_and_separately_read_key_groups(monkeypatch):
+    """The example's key-groups are 368 to 1,600 bytes: with a 1,000-byte buffer some fit, some
+    are read on their own, and windows hold both; the rows are still the expected ones."""
+    from statecat.readers import scan
+
+    monkeypatch.setattr(scan, "FAST_GROUP_BYTES", 500)
+    reads = _count_window_reads(monkeypatch)
+    op, state = next((op, state) for op, state in iter_states(load_expected(EXAMPLE)) if state["name"] == "accState")
+    check_state_rows(case_dir(EXAMPLE), op, state)
+    assert reads["buffered"] > 0 and reads["alone"] > 0
