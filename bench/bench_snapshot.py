@@ -6,7 +6,8 @@ Generates real Flink savepoints of the SQL GROUP BY job with tests/fixtures/gene
 (`generate_case("sql_groupby_hashmap_2.3", keys=N, max_records_per_key=1)`; cached in --work, so
 re-runs only measure), then times the snapshotter on each (median of --runs; each run writes a
 fresh stateInfo into a scratch --output directory, so every run does the full work). With --read,
-also times reading the state's rows, which does grow with the state, for contrast.
+also times reading the state's rows in a fresh process, which does grow with the state, for
+contrast, and prints that process's peak resident memory, which must not.
 
 The snapshotter reads `_metadata` and the header of each state stream (one 64 KiB buffer at
 most per file), never the key-groups; its cost follows the number of operators, subtasks and
@@ -20,6 +21,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -65,14 +67,25 @@ def time_snapshot(savepoint: Path, runs: int) -> tuple[float, dict]:
     return statistics.median(times), doc
 
 
-def time_read(savepoint: Path) -> tuple[float, int]:
-    from statecat.readers import SavepointReader
-    from statecat.statemeta.model import load_state_meta
+READ_CHILD = """
+import json, resource, sys, time
+from statecat.readers import SavepointReader
+from statecat.statemeta.model import load_state_meta
+reader = SavepointReader(load_state_meta(sys.argv[1], use_state_info=False))
+list(reader.batches("accState", keys=["key_1"]))  # warm-up on one key-group: compiled code loads
+started = time.perf_counter()
+rows = sum(b.num_rows for b in reader.batches("accState"))
+seconds = time.perf_counter() - started
+print(json.dumps({"seconds": seconds, "rows": rows, "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+"""
 
-    reader = SavepointReader(load_state_meta(str(savepoint), use_state_info=False))
-    started = time.perf_counter()
-    rows = sum(b.num_rows for b in reader.batches("accState"))
-    return time.perf_counter() - started, rows
+
+def time_read(savepoint: Path) -> dict:
+    """A full read of the state in a fresh process: its time (second pass) and the process's peak
+    resident memory, which must not grow with the state (reads stream key-groups into batches)."""
+    out = subprocess.run([sys.executable, "-c", READ_CHILD, str(savepoint)], check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
@@ -89,6 +102,8 @@ def main(argv=None) -> int:
     rows = []
     for keys in sorted(int(k) for k in a.keys.split(",")):
         savepoint = ensure_savepoint(work, keys)
+        if not rows:  # warm-up, not timed: imports and compiled code load once, on the first savepoint
+            time_snapshot(savepoint, 1)
         seconds, doc = time_snapshot(savepoint, a.runs)
         row = {"keys": keys, "state_bytes": _du(savepoint) - (savepoint / "_metadata").stat().st_size,
                "metadata_bytes": (savepoint / "_metadata").stat().st_size,
@@ -96,14 +111,16 @@ def main(argv=None) -> int:
                "snapshot_ms": round(seconds * 1000, 2),
                "states": sum(len(op["states"]) for op in doc["operators"])}
         if a.read:
-            read_s, n = time_read(savepoint)
-            row.update(read_ms=round(read_s * 1000, 1), rows=n)
+            read = time_read(savepoint)
+            row.update(read_ms=round(read["seconds"] * 1000, 1), rows=read["rows"],
+                       read_peak_rss_mb=round(read["peak_rss_kb"] / 1024))
         rows.append(row)
-    print(f"{'keys':>10} {'state MiB':>10} {'files':>6} {'snapshot ms':>12}" + (f" {'read ms':>10}" if a.read else ""))
+    print(f"{'keys':>10} {'state MiB':>10} {'files':>6} {'snapshot ms':>12}"
+          + (f" {'read ms':>10} {'read peak RSS MB':>17}" if a.read else ""))
     for r in rows:
         line = f"{r['keys']:>10} {r['state_bytes'] / 2**20:>10.2f} {r['files']:>6} {r['snapshot_ms']:>12.2f}"
         if a.read:
-            line += f" {r['read_ms']:>10.1f}"
+            line += f" {r['read_ms']:>10.1f} {r['read_peak_rss_mb']:>17}"
         print(line)
     ratio = rows[-1]["snapshot_ms"] / rows[0]["snapshot_ms"]
     size_ratio = rows[-1]["state_bytes"] / max(rows[0]["state_bytes"], 1)
