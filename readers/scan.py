@@ -452,8 +452,10 @@ class KeyedStateScanner:
                               f"{state_count} states in the stream){within}", file=file,
                               offset=offset, operator=self.operator.label, state=self.state.name,
                               hint="The state file is damaged or truncated")
-        mine = state_of[:count] == location.state_id
-        return buf, [p[:count][mine] for p in positions]
+        hits = np.flatnonzero(state_of[:count] == location.state_id)
+        if hits.size and hits[-1] - hits[0] + 1 == hits.size:  # one run, as Flink writes them: no copy
+            return buf, [p[hits[0]:hits[-1] + 1] for p in positions]
+        return buf, [p[hits] for p in positions]
 
     def _decode_key_group(self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int,
                           wanted, positions=None) -> None:
