@@ -199,6 +199,8 @@ class Cluster:
 
     def stop(self):
         pids = self.pids()
+        # A TaskManager's Python workers (beam_boot and its tee) can outlive it, orphaned.
+        started = _descendants(pids)
         try:
             subprocess.run(["bash", str(self.home / "bin" / "stop-cluster.sh")], env=self.env, timeout=120,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -211,6 +213,10 @@ class Cluster:
                 time.sleep(0.2)
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+        for pid, start in started:
+            stat = _stat(pid)
+            if stat is not None and stat[1] == start and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
     def log_tail(self) -> str:
         out = []
@@ -219,6 +225,31 @@ class Cluster:
             hits = [ln for ln in lines if "Exception" in ln or "ERROR" in ln][:10]
             out.append(f"--- {f.name}\n" + "\n".join(hits + lines[-15:]))
         return "\n".join(out)
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a process, None once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _descendants(roots: list[int]) -> list[tuple[int, int]]:
+    """(pid, start time) of every live process below ``roots`` (from /proc, so Linux only); the
+    start time tells a pid reused later apart."""
+    children: dict[int, list[tuple[int, int]]] = {}
+    for entry in Path("/proc").iterdir():
+        stat = _stat(int(entry.name)) if entry.name.isdigit() else None
+        if stat is not None:
+            children.setdefault(stat[0], []).append((int(entry.name), stat[1]))
+    found, frontier = [], list(roots)
+    while frontier:
+        below = [child for pid in frontier for child in children.get(pid, [])]
+        found += below
+        frontier = [pid for pid, _ in below]
+    return found
 
 
 def _alive(pid: int) -> bool:
