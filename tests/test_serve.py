@@ -215,10 +215,15 @@ def test_four_clients_at_once_get_the_expected_state(server):
             connection.close()
         except Exception as exc:  # noqa: BLE001 - reported by the assertion below
             answers[name] = exc
+            start.abort()  # the others stop waiting for this client at once
 
     def beeline_client() -> None:
         beeline = Path(__import__("pyspark").__file__).parent / "bin" / "beeline"
-        start.wait(TIMEOUT)
+        try:
+            start.wait(TIMEOUT)
+        except threading.BrokenBarrierError as exc:
+            answers["beeline"] = exc
+            return
         done = subprocess.run([str(beeline), "-u", f"jdbc:hive2://127.0.0.1:{server.port}/", "--silent=true",
                                "--outputformat=csv2", "-e", query],
                               env=_env(server.home), capture_output=True, text=True, timeout=TIMEOUT, check=False)
@@ -239,7 +244,9 @@ def test_four_clients_at_once_get_the_expected_state(server):
         thread.start()
     for thread in threads:
         thread.join(TIMEOUT)
-    assert sorted(answers) == ["beeline", "python-0", "python-1", "python-2"]
+    assert sorted(answers) == ["beeline", "python-0", "python-1", "python-2"], answers
+    failed = {name: repr(answer) for name, answer in answers.items() if isinstance(answer, Exception)}
+    assert not failed, f"clients failed: {failed}"
     for name, answer in answers.items():
         assert answer == expected, f"{name}: {answer if isinstance(answer, Exception) else 'wrong rows'}"
 
