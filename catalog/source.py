@@ -134,16 +134,18 @@ def balanced_key_groups(location, key_groups: tuple[int, ...] | None, target_byt
     return chunks
 
 
-_frozen = False
+_reads_started = 0
 
 
-def _freeze_imported_objects() -> None:
-    """Once per Python worker: moves the objects alive at its first read (modules, compiled code,
-    pyarrow, numba) out of the garbage collector's reach. Spark's daemon runs gc.collect() after
-    every task of a reused worker, and walking them took 30-50 ms per task."""
-    global _frozen
-    if not _frozen:
-        _frozen = True
+def _freeze_loaded_objects() -> None:
+    """At the start of a Python worker's second read: moves the objects alive then (modules,
+    pyarrow, numba's compiled functions and type caches, statecat's) out of the garbage collector's
+    reach. Spark's daemon runs gc.collect() after every task of a reused worker, and walking them
+    took 30-50 ms per task. Not at the first read: most of them are created by it (lazy imports,
+    compiled functions loaded from numba's cache)."""
+    global _reads_started
+    _reads_started += 1
+    if _reads_started == 2:
         gc.collect()
         gc.freeze()
 
@@ -313,7 +315,7 @@ class FlinkStateReader(DataSourceReader):
     # -- reading (executors)
 
     def read(self, partition) -> Iterator[pa.RecordBatch]:
-        _freeze_imported_objects()
+        _freeze_loaded_objects()
         ref = self.ref
         if ref.kind == "state_meta":
             try:
