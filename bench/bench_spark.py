@@ -11,7 +11,8 @@ copy of the ``accState`` table's rows (once, next to the savepoint), then runs i
 and a ``WHERE key = ...`` read on both (a warm-up each, then the best of ``--repeat``, alternating)
 and prints times, rows/s and savepoint / Parquet ratios. ``--profile`` also prints, per query, the
 task time split Spark's REST API reports and the data source's own read() timing
-(``STATECAT_READ_PROFILE``, see catalog/source.py).
+(``STATECAT_READ_PROFILE``, see catalog/source.py); ``--jvm-profile`` then samples the JVM's task
+threads over more scans of each (bench/jvm_profile.py).
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
     parser.add_argument("--profile", action="store_true", help="print the task time split of each query")
+    parser.add_argument("--jvm-profile", action="store_true",
+                        help="then sample the JVM's task threads over --repeat more scans of each (JFR; needs a JDK)")
     args = parser.parse_args()
 
     savepoint = ensure_savepoint(args.dir, args.keys)
@@ -175,6 +178,12 @@ def main() -> None:
         best, _ = results["point"]
         print(f"single key (WHERE key = '{POINT_KEY}'): savepoint {best['savepoint'] * 1000:.0f} ms, "
               f"parquet {best['parquet'] * 1000:.0f} ms, ratio {best['savepoint'] / best['parquet']:.2f}")
+        if args.jvm_profile:
+            from jvm_profile import print_profiles, profile
+
+            print_profiles({side: profile(spark, lambda table=source: [timed(spark, SCAN.format(table=table))
+                                                                        for _ in range(args.repeat)])
+                            for side, source in (("savepoint", table), ("parquet", copy))})
     finally:
         spark.stop()
         import shutil
