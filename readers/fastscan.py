@@ -442,7 +442,7 @@ class ColumnExtractor:
     def extract(self, buf: np.ndarray, key_at, key_len, val_at, val_len):
         """(key, namespace, value) arrays, or None when some entry needs the general decoder."""
         mode = self.mode
-        key_start = key_at + self.prefix + (8 if mode == "timer" else 0)
+        key_start = key_at + (self.prefix + (8 if mode == "timer" else 0))  # one whole-array add
         key_end = key_at + key_len
         key_array, key_stop = self._column(self.key, buf, key_start, key_end)
         if key_array is None:
@@ -598,7 +598,6 @@ class ColumnExtractor:
         arrays = []
         for i, (name, field) in enumerate(fields):
             nulls = null_bits[i]
-            slot = base + header + 8 * i
             kind = field.kind
             arrow = arrow_type(field)
             mask = nulls if nulls.any() else None
@@ -623,6 +622,7 @@ class ColumnExtractor:
             else:  # CHAR/VARCHAR/BINARY/VARBINARY: inline in the slot, or offset and length
                 starts = np.empty(n, dtype=np.int64)
                 lengths = np.empty(n, dtype=np.int64)
+                slot = base + (header + 8 * i)  # where the field's slot is (a whole-array add: only here)
                 if _binary_strings(raw, slot, base, row_end, nulls, starts, lengths) != -1:
                     return None, None
                 strings = strings_from_ranges(buf, starts, lengths, nulls, arrow)
