@@ -9,8 +9,6 @@ null checks happen inside the row conversion).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -28,15 +26,10 @@ CATEGORIES = {
 }
 
 
-def _jdk_tool(name: str) -> str:
-    found = shutil.which(name) or os.path.join(os.environ.get("JAVA_HOME", ""), "bin", name)
-    if not os.path.exists(found):
-        raise SystemExit(f"--jvm-profile needs the JDK's {name} (a full JDK, not only a JRE)")
-    return found
-
-
 def profile(spark, run: Callable[[], None]) -> dict[str, int]:
     """Samples of the task threads while ``run()`` runs: {"total": n, category: n, ...}."""
+    from tests.fixtures.generate import _jdk_tool
+
     pid = str(spark.sparkContext._jvm.ProcessHandle.current().pid())
     jcmd = _jdk_tool("jcmd")
     with tempfile.TemporaryDirectory(prefix="jfr-") as scratch:
