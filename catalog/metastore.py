@@ -206,6 +206,11 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
         "spark.hadoop.hive.downloaded.resources.dir": os.path.join(server.home, SCRATCH_DIR, "resources"),
         "spark.hadoop.hive.querylog.location": os.path.join(server.home, SCRATCH_DIR, "querylog"),
     }
+    from statecat.catalog.sessions import HIVE_LOCAL_DIRS
+
+    for key in HIVE_LOCAL_DIRS:
+        # As for statecat's own sessions (sessions.py): Hive's sessions opening at once race to create them.
+        os.makedirs(settings[f"spark.hadoop.{key}"], exist_ok=True)
     text = "# Written by statecat for its home's shared metastore; rewritten whenever the server starts.\n"
     text += "".join(f"{key} {value}\n" for key, value in settings.items())
     _write_atomically(os.path.join(conf_dir, "spark-defaults.conf"), text)

@@ -29,6 +29,9 @@ HIVE_SCRATCH_SETTINGS = {
     "hive.querylog.location": "querylog",
     "hive.exec.scratchdir": "scratch",
 }
+# Those Hive only creates, never checks: it wants hive.exec.scratchdir created by itself (mode 733)
+# and refuses one that exists with other permissions.
+HIVE_LOCAL_DIRS = ("hive.downloaded.resources.dir", "hive.exec.local.scratchdir", "hive.querylog.location")
 
 # Loggers whose output only repeats an error that reaches the caller as an exception anyway: PySpark's
 # structured (JSON) query-context logs, and the JVM's per-task failure logs.
@@ -108,6 +111,11 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
     if starting:
         scratch = _scratch_dir(home)
         for key, subdir in HIVE_SCRATCH_SETTINGS.items():
+            if key in HIVE_LOCAL_DIRS:
+                # Created here: Hive checks and creates them as each session opens, and two sessions
+                # opening at once (a served endpoint's clients) raced, one failing "Couldn't create
+                # directory .../resources".
+                os.makedirs(os.path.join(scratch, subdir), exist_ok=True)
             builder = builder.config(f"spark.hadoop.{key}", os.path.join(scratch, subdir))
         if quiet:
             config = os.path.join(scratch, "log4j2.properties")
