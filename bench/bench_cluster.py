@@ -115,25 +115,6 @@ class Cluster:
                 process.wait()
 
 
-def _process_tree(root: int) -> list[int]:
-    """``root`` and its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as stat:
-                    ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue  # exited meanwhile
-            children.setdefault(ppid, []).append(int(entry))
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(pid)
-        todo.extend(children.get(pid, ()))
-    return tree
-
-
 def lower_driver_priority(spark, niceness: int) -> None:
     """Runs the driver's JVM and its Python planner workers at ``niceness``.
 
@@ -142,8 +123,10 @@ def lower_driver_priority(spark, niceness: int) -> None:
     code, many queries in), which with two workers came out of a worker's core and with one worker
     out of the idle one. Linux keeps a priority per thread: every thread of every process of the
     driver's tree is lowered; threads and processes it starts later inherit it."""
+    from tests.test_savepoint_rest_live import _descendants
+
     jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
-    for pid in _process_tree(jvm):
+    for pid in [jvm, *(pid for pid, _ in _descendants([jvm]))]:
         try:
             threads = os.listdir(f"/proc/{pid}/task")
         except OSError:
