@@ -9,7 +9,9 @@ copy of the ``accState`` table's rows (once, next to the savepoint), then runs i
     SELECT count(*), sum(value.f1), max(length(key)) FROM <table>
 
 and a ``WHERE key = ...`` read on both (a warm-up each, then the best of ``--repeat``, alternating)
-and prints times, rows/s and savepoint / Parquet ratios. ``--profile`` also prints, per query, the
+and prints times, rows/s and savepoint / Parquet ratios. The savepoint table is read as statecat's
+sessions read it, as Arrow columns (catalog/spark-extension/), and also ``row-wise``, through
+Spark's own Python data source (``spark.statecat.columnar.enabled=false``). ``--profile`` also prints, per query, the
 task time split Spark's REST API reports and the data source's own read() timing
 (``STATECAT_READ_PROFILE``, see catalog/source.py); ``--jvm-profile`` then samples the JVM's task
 threads over more scans of each (bench/jvm_profile.py).
@@ -35,6 +37,9 @@ from bench_scan import MAIN_STATE, ensure_savepoint, keyed_bytes  # noqa: E402
 SCAN = "SELECT count(*), sum(value.f1), max(length(key)) FROM {table}"
 POINT = "SELECT key, value.f0, value.f1 FROM {table} WHERE key = '{key}'"
 POINT_KEY = "key_662"
+# The same table read through Spark's row-wise Python data source (the columnar scan turned off).
+ROW_WISE = "row-wise"
+COLUMNAR_ENABLED = "spark.statecat.columnar.enabled"
 
 
 def state_table(spark, savepoint: Path) -> str:
@@ -60,7 +65,9 @@ def parquet_copy(spark, table: str, directory: Path) -> str:
     return "parquet_copy"
 
 
-def timed(spark, sql: str) -> tuple[float, list]:
+def timed(spark, sql: str, side: str = "savepoint") -> tuple[float, list]:
+    """Runs ``sql`` (the ``row-wise`` side with the columnar scan turned off) and times it."""
+    spark.conf.set(COLUMNAR_ENABLED, str(side != ROW_WISE).lower())
     started = time.perf_counter()
     rows = spark.sql(sql).collect()
     return time.perf_counter() - started, rows
@@ -150,15 +157,16 @@ def main() -> None:
         results = {}
         for name, template in (("scan", SCAN), ("point", POINT)):
             queries = {"savepoint": template.format(table=table, key=POINT_KEY),
+                       ROW_WISE: template.format(table=table, key=POINT_KEY),
                        "parquet": template.format(table=copy, key=POINT_KEY)}
-            answers = {side: timed(spark, sql)[1] for side, sql in queries.items()}  # warm-up
-            if answers["savepoint"] != answers["parquet"]:
+            answers = {side: timed(spark, sql, side)[1] for side, sql in queries.items()}  # warm-up
+            if len({repr(a) for a in answers.values()}) != 1:
                 raise SystemExit(f"{name}: the savepoint and its Parquet copy disagree: {answers}")
             best = dict.fromkeys(queries, float("inf"))
             for _ in range(args.repeat):
                 for side, sql in queries.items():
                     before = last_stage(spark) if args.profile else None
-                    seconds, _ = timed(spark, sql)
+                    seconds, _ = timed(spark, sql, side)
                     best[side] = min(best[side], seconds)
                     if args.profile and name == "scan":
                         print(f"  {side}: {seconds:.3f} s, tasks {stage_split(spark, before)}")
@@ -172,18 +180,20 @@ def main() -> None:
         best, answer = results["scan"]
         rows = answer[0][0]
         print(f"\nfull scan ({SCAN.format(table='...')}), {rows:,} rows, {args.master}, best of {args.repeat}:")
-        for side in ("savepoint", "parquet"):
-            print(f"  {side:9}: {best[side]:.2f} s = {rows / best[side] / 1e6:.2f} M rows/s")
+        for side in best:
+            print(f"  {side:9}: {best[side]:.2f} s = {rows / best[side] / 1e6:.2f} M rows/s, "
+                  f"{best[side] / best['parquet']:.2f}x parquet")
         print(f"  savepoint / parquet: {best['savepoint'] / best['parquet']:.2f} (target <= 1.5)")
         best, _ = results["point"]
         print(f"single key (WHERE key = '{POINT_KEY}'): savepoint {best['savepoint'] * 1000:.0f} ms, "
-              f"parquet {best['parquet'] * 1000:.0f} ms, ratio {best['savepoint'] / best['parquet']:.2f}")
+              f"row-wise {best[ROW_WISE] * 1000:.0f} ms, parquet {best['parquet'] * 1000:.0f} ms, "
+              f"ratio {best['savepoint'] / best['parquet']:.2f}")
         if args.jvm_profile:
             from jvm_profile import print_profiles, profile
 
-            print_profiles({side: profile(spark, lambda table=source: [timed(spark, SCAN.format(table=table))
-                                                                        for _ in range(args.repeat)])
-                            for side, source in (("savepoint", table), ("parquet", copy))})
+            print_profiles({side: profile(spark, lambda table=source, side=side: [
+                timed(spark, SCAN.format(table=table), side) for _ in range(args.repeat)])
+                for side, source in (("savepoint", table), (ROW_WISE, table), ("parquet", copy))})
     finally:
         spark.stop()
         import shutil

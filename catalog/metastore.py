@@ -196,7 +196,6 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
     settings = {
         "spark.sql.catalogImplementation": "hive",
         **spark_conf(server),
-        "spark.sql.python.filterPushdown.enabled": "true",
         # Spark's Python workers must import statecat (its data source is found the same way).
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
@@ -206,7 +205,11 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
         "spark.hadoop.hive.downloaded.resources.dir": os.path.join(server.home, SCRATCH_DIR, "resources"),
         "spark.hadoop.hive.querylog.location": os.path.join(server.home, SCRATCH_DIR, "querylog"),
     }
-    from statecat.catalog.sessions import HIVE_LOCAL_DIRS
+    from statecat.catalog.sessions import HIVE_LOCAL_DIRS, SESSION_SETTINGS
+    from statecat.catalog.spark_jar import columnar_conf
+
+    # As statecat's own sessions: pushdown, Unix sockets to Python workers, columnar state scans.
+    settings = columnar_conf({**SESSION_SETTINGS, **settings})
 
     for key in HIVE_LOCAL_DIRS:
         # As for statecat's own sessions (sessions.py): Hive's sessions opening at once race to create them.

@@ -68,6 +68,19 @@ def _profiled(conform, batches, log_path: str) -> Iterator[pa.RecordBatch]:
         log.write(json.dumps(record) + "\n")
 
 
+def _projection(full: pa.Schema, target: pa.Schema):
+    """A function from batches of ``full`` to batches of ``target``: its columns, and of a struct
+    (also inside a list or map) only the fields it names, as Spark prunes nested fields too."""
+    if target.equals(full):
+        return lambda batch: batch
+    names = target.names
+    if all(target.field(name).type == full.field(name).type for name in names):
+        return lambda batch: batch.select(names)  # keeps the row count with no columns (count(*))
+    # Arrow casts a struct to one with a subset of its fields by name, sharing the children's buffers.
+    return lambda batch: pa.RecordBatch.from_arrays(
+        [batch.column(f.name).cast(f.type) for f in target], schema=target)
+
+
 class StatecatQueryError(StatecatError):
     """A state could not be read while Spark ran a query; names savepoint, operator and state."""
 
@@ -209,6 +222,7 @@ class FlinkStateReader(DataSourceReader):
         self.state_names: set | None = None  # pushed state_name filter of operator tables
         self.databases: set | None = None  # pushed database filter of statecat.states / .operators / .key_view
         self.sides: dict[str, set] = {}  # pushed a = / b = of statecat.diff (catalog/sql_forms.py)
+        self.read_schema = self.arrow_schema  # what a columnar scan sends: the columns a query reads
 
     # -- planning (driver)
 
@@ -312,7 +326,19 @@ class FlinkStateReader(DataSourceReader):
                                       state.kind, keys) for chunk in chunks)
         return out
 
+    def project(self, read_schema) -> None:
+        """A columnar scan (catalog/columnar_worker.py) reads only these columns and struct fields."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.read_schema = to_arrow_schema(read_schema, timezone="UTC")
+
     # -- reading (executors)
+
+    def read_columns(self, partition) -> Iterator[pa.RecordBatch]:
+        """The partition's batches in ``read_schema`` (a columnar scan's)."""
+        project = _projection(self.arrow_schema, self.read_schema)
+        for batch in self.read(partition):
+            yield project(batch)
 
     def read(self, partition) -> Iterator[pa.RecordBatch]:
         _freeze_loaded_objects()

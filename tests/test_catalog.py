@@ -391,12 +391,16 @@ def test_flinkstate_source_reads_without_the_catalog(spark):
 
 @pytest.mark.spark
 def test_without_python_filter_pushdown_spark_names_the_setting(spark):
+    """Spark's Python data source needs the setting; the columnar scan (its own pushdown) does not."""
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
     try:
+        assert spark.table(ACC_TABLE).count() == 2000  # read as columns
+        spark.conf.set("spark.statecat.columnar.enabled", "false")
         with pytest.raises(Exception, match="spark.sql.python.filterPushdown.enabled"):
             spark.table(ACC_TABLE).collect()
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        spark.conf.set("spark.statecat.columnar.enabled", "true")
     assert spark.table(ACC_TABLE).count() == 2000
 
 

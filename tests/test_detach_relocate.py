@@ -223,12 +223,14 @@ def test_a_query_on_a_deleted_savepoint_is_one_line_naming_relocate_and_detach(e
     assert database not in _rows(env)
 
 
-@pytest.mark.parametrize("table", ["accstate", "state_meta"])
-def test_a_worker_side_statecat_error_is_one_frame_and_one_message(env, table):
-    """What plain Spark (spark-sql, a notebook) shows: the worker's traceback is one frame plus statecat's line."""
+@pytest.mark.parametrize("table, columnar", [("accstate", False), ("accstate", True), ("state_meta", False)])
+def test_a_worker_side_statecat_error_is_one_frame_and_one_message(env, table, columnar):
+    """What plain Spark (spark-sql, a notebook) shows: the worker's traceback is one frame plus
+    statecat's line; a columnar scan (a Java source) fails as Spark's own sources do, with statecat's
+    line as the Java exception's message and no Python traceback."""
     from statecat.catalog.spark_errors import spark_error_message, spark_error_types
 
-    sp = _copy(env["base"] / f"damaged_{table}" / "savepoint")
+    sp = _copy(env["base"] / f"damaged_{table}_{columnar}" / "savepoint")
     database = _attach(env, sp)
     if table == "accstate":  # garbled key-group bytes: planning works, the read fails in the worker
         for data in (p for p in sp.iterdir() if p.name != "_metadata"):
@@ -239,9 +241,18 @@ def test_a_worker_side_statecat_error_is_one_frame_and_one_message(env, table):
     else:
         shutil.rmtree(sp)
         wanted = f"savepoint attached from {sp} is missing"
-    with pytest.raises(spark_error_types()) as caught:
-        env["spark"].sql(f"SELECT count(*) FROM {database}.{table}").collect()
+    env["spark"].conf.set("spark.statecat.columnar.enabled", str(columnar).lower())
+    try:
+        with pytest.raises(spark_error_types()) as caught:
+            env["spark"].sql(f"SELECT count(*) FROM {database}.{table}").collect()
+    finally:
+        env["spark"].conf.set("spark.statecat.columnar.enabled", "true")
     text = str(caught.value)
+    if columnar:
+        assert f"StatecatPythonException: StatecatQueryError: cannot read savepoint {sp}" in text
+        assert '  File "' not in text
+        assert spark_error_message(caught.value).startswith(f"cannot read savepoint {sp}, operator GroupAggregate[3]")
+        return
     assert text.count(wanted) == 1
     assert text.count('  File "') == 1 and "raise failure from None" in text
     assert "During handling of the above exception" not in text and "^^^" not in text
