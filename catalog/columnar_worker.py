@@ -20,6 +20,7 @@ anything else is a bug and keeps its traceback.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import struct
 import traceback
@@ -75,9 +76,18 @@ def main(infile, outfile) -> None:
             _read(infile, outfile)
         else:
             raise ColumnarRequestError(f"expected request {OP_PLAN} or {OP_READ}, got {op}")
+        outfile.flush()
+    except (BrokenPipeError, ConnectionResetError):
+        _abandoned()
     except Exception as exc:  # sent to the JVM, which fails the query with it
         _fail(outfile, exc)
-    outfile.flush()
+
+
+def _abandoned() -> None:
+    """The JVM stopped reading (a LIMIT was met, a task was cancelled) and closed the socket: there is
+    nobody to answer. This worker ends here rather than in pyspark.daemon, which would print a
+    traceback for the unsent bytes still in its buffer (spark-sql shows it to the user)."""
+    os._exit(1)
 
 
 def _fail(outfile, exc: Exception) -> None:
@@ -86,9 +96,12 @@ def _fail(outfile, exc: Exception) -> None:
     text = f"{type(exc).__name__}: {exc}"
     if not isinstance(exc, StatecatError):
         text += "\n" + traceback.format_exc()
-    outfile.write(struct.pack(">i", STATUS_ERROR))
-    _write_blob(outfile, text.encode("utf-8"))
-    outfile.flush()
+    try:
+        outfile.write(struct.pack(">i", STATUS_ERROR))
+        _write_blob(outfile, text.encode("utf-8"))
+        outfile.flush()
+    except (BrokenPipeError, ConnectionResetError):
+        _abandoned()
     raise SystemExit(1)  # the JVM destroys a worker whose request failed; this child ends too
 
 

@@ -208,7 +208,7 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
     from statecat.catalog.sessions import HIVE_LOCAL_DIRS, SESSION_SETTINGS
     from statecat.catalog.spark_jar import columnar_conf
 
-    # As statecat's own sessions: pushdown, Unix sockets to Python workers, columnar state scans.
+    # As statecat's own sessions: pushdown, columnar state scans.
     settings = columnar_conf({**SESSION_SETTINGS, **settings})
 
     for key in HIVE_LOCAL_DIRS:

@@ -39,11 +39,6 @@ SESSION_SETTINGS = {
     # Filter pushdown in Spark's Python data sources: statecat reads only the key-groups of `key = ...`.
     "spark.sql.python.filterPushdown.enabled": "true",
 }
-if os.name == "posix":
-    # Python workers talk to the JVM over Unix domain sockets instead of TCP on loopback. A columnar
-    # state scan sends its workers' Arrow batches through them: bench/bench_spark.py's scan took
-    # 1.38 s over TCP and 1.13 s over Unix sockets (row-wise 2.50 and 2.33 s) on 2026-11-25.
-    SESSION_SETTINGS["spark.python.unix.domain.socket.enabled"] = "true"
 
 # Loggers whose output only repeats an error that reaches the caller as an exception anyway: PySpark's
 # structured (JSON) query-context logs, and the JVM's per-task failure logs.
