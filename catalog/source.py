@@ -6,6 +6,11 @@ installed ``pyspark_*`` module and registers its ``DefaultSource``). Used by the
 
     spark.read.format("flinkstate").option("path", SAVEPOINT).option("state", "accState").load()
 
+State tables are normally scanned by statecat's Spark extension (catalog/spark-extension/), which
+plans with this source's reader (pushFilters, partitions) and reads with its read_columns() in
+statecat's own Python workers (catalog/columnar_worker.py), handing Spark Arrow columns; this source
+reads them row-wise when the extension is off or missing, and reads every other table kind.
+
 Partitions are key-group ranges of the subtasks' state handles. ``key = x`` and ``key IN (...)``
 are pushed down (with ``spark.sql.python.filterPushdown.enabled=true``): only the key-groups that
 can hold those keys are read. Spark still evaluates every filter itself; pushdown only prunes.
