@@ -38,12 +38,6 @@ def _javac() -> str | None:
     return shutil.which("javac")
 
 
-def _spark_jars() -> Path:
-    import pyspark
-
-    return Path(pyspark.__file__).resolve().parent / "jars"
-
-
 def extension_jar() -> str | None:
     """The path of the compiled extension jar, building it when the cache has none; None without a JDK."""
     import pyspark
@@ -70,11 +64,13 @@ def extension_jar() -> str | None:
 
 
 def _build(javac: str, sources: list[Path], jar: Path) -> None:
+    from statecat.catalog.metastore import _spark_jars
+
     jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="statecat-javac-") as scratch:
         classes = Path(scratch, "classes")
         done = subprocess.run([javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-d", str(classes),
-                               "-cp", str(_spark_jars() / "*"), *map(str, sources)],
+                               "-cp", os.path.join(_spark_jars(), "*"), *map(str, sources)],
                               capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
         if done.returncode != 0:
             raise JarBuildError(f"javac failed on statecat's Spark extension ({SOURCES}):\n{done.stderr.strip()}")
