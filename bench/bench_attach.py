@@ -104,6 +104,9 @@ def main(argv=None) -> int:
         figures["eager_estimate_for_all_s"] = round(elapsed / max(len(sample), 1) * args.count, 1)
         spark.stop()
     finally:
+        from statecat.catalog import metastore
+
+        metastore.stop(str(scratch / "home"))  # the session's metastore server outlives it (idle timeout)
         shutil.rmtree(scratch, ignore_errors=True)
     print(json.dumps(figures, indent=2))
     return 0
