@@ -92,7 +92,7 @@ final class ArrowPartitionReader implements PartitionReader<ColumnarBatch> {
 
         @Override
         public ArrowColumnVector getChild(int ordinal) {
-            return fields[ordinal];
+            return fields != null ? fields[ordinal] : super.getChild(ordinal);
         }
 
         @Override
