@@ -200,20 +200,13 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
         "spark.pyspark.python": python,
         "spark.pyspark.driver.python": python,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
-        "spark.hadoop.hive.exec.scratchdir": os.path.join(server.home, SCRATCH_DIR, "hive"),
-        "spark.hadoop.hive.exec.local.scratchdir": os.path.join(server.home, SCRATCH_DIR, "local"),
-        "spark.hadoop.hive.downloaded.resources.dir": os.path.join(server.home, SCRATCH_DIR, "resources"),
-        "spark.hadoop.hive.querylog.location": os.path.join(server.home, SCRATCH_DIR, "querylog"),
     }
-    from statecat.catalog.sessions import HIVE_LOCAL_DIRS, SESSION_SETTINGS
+    from statecat.catalog.sessions import SESSION_SETTINGS, hive_scratch_conf
     from statecat.catalog.spark_jar import columnar_conf
 
-    # As statecat's own sessions: pushdown, columnar state scans.
-    settings = columnar_conf({**SESSION_SETTINGS, **settings})
-
-    for key in HIVE_LOCAL_DIRS:
-        # As for statecat's own sessions (sessions.py): Hive's sessions opening at once race to create them.
-        os.makedirs(settings[f"spark.hadoop.{key}"], exist_ok=True)
+    # As statecat's own sessions: Hive's local files in the home, pushdown, columnar state scans.
+    settings = columnar_conf({**SESSION_SETTINGS, **settings,
+                              **hive_scratch_conf(os.path.join(server.home, SCRATCH_DIR))})
     text = "# Written by statecat for its home's shared metastore; rewritten whenever the server starts.\n"
     text += "".join(f"{key} {value}\n" for key, value in settings.items())
     _write_atomically(os.path.join(conf_dir, "spark-defaults.conf"), text)

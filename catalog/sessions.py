@@ -21,17 +21,19 @@ SHARED, EMBEDDED = "shared", "embedded"
 METASTORE_MODES = (SHARED, EMBEDDED)
 _STARTED: dict = {}  # the SparkContext this module started, and its home
 
-# Hive settings that default to paths in the system temp directory (java.io.tmpdir); Hive creates
-# ``<session id>_resources`` there for every session and never removes it.
+# Hive's local paths, relative to a scratch directory; by default they are in the system temp
+# directory (java.io.tmpdir), where Hive creates ``<session id>_resources`` for every session and never
+# removes it. Resources stay one directory per session, as in Hive's default: Hive deletes a session's
+# resources directory when the session closes, so a shared one vanished under the sessions still open
+# and made those opening at the same moment fail "Couldn't create directory .../resources".
 HIVE_SCRATCH_SETTINGS = {
-    "hive.downloaded.resources.dir": "resources",
+    "hive.downloaded.resources.dir": "resources/${hive.session.id}",
     "hive.exec.local.scratchdir": "local",
     "hive.querylog.location": "querylog",
-    "hive.exec.scratchdir": "scratch",
+    "hive.exec.scratchdir": "exec",
 }
-# Those Hive only creates, never checks: it wants hive.exec.scratchdir created by itself (mode 733)
-# and refuses one that exists with other permissions.
-HIVE_LOCAL_DIRS = ("hive.downloaded.resources.dir", "hive.exec.local.scratchdir", "hive.querylog.location")
+# Hive creates hive.exec.scratchdir itself (mode 733) and refuses one that exists with other permissions.
+HIVE_SELF_CREATED = "hive.exec.scratchdir"
 
 # Settings of every statecat session, and of conf/ for spark-sql (metastore.write_client_conf);
 # a session's own conf overrides them.
@@ -118,13 +120,8 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
                 builder = builder.config(key, value)
     if starting:
         scratch = _scratch_dir(home)
-        for key, subdir in HIVE_SCRATCH_SETTINGS.items():
-            if key in HIVE_LOCAL_DIRS:
-                # Created here: Hive checks and creates them as each session opens, and two sessions
-                # opening at once (a served endpoint's clients) raced, one failing "Couldn't create
-                # directory .../resources".
-                os.makedirs(os.path.join(scratch, subdir), exist_ok=True)
-            builder = builder.config(f"spark.hadoop.{key}", os.path.join(scratch, subdir))
+        for key, value in hive_scratch_conf(scratch).items():
+            builder = builder.config(key, value)
         if quiet:
             config = os.path.join(scratch, "log4j2.properties")
             with open(config, "w") as f:
@@ -201,6 +198,22 @@ def _silence_error_echoes() -> None:
     for name in PYTHON_ERROR_ECHO_LOGGERS:
         # PySpark's own logger class: a plain Logger would reject the structured fields it logs.
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def hive_scratch_conf(scratch: str) -> dict[str, str]:
+    """``spark.hadoop.*`` settings that keep Hive's local files under ``scratch``; creates its directories.
+
+    Created here rather than by Hive: each Hive session checks and creates them as it opens, and
+    sessions opening at once (a served endpoint's clients) raced to do so.
+    """
+    conf = {}
+    for key, relative in HIVE_SCRATCH_SETTINGS.items():
+        path = os.path.join(scratch, relative)
+        if key != HIVE_SELF_CREATED:
+            # Up to the first per-session part (Hive's ${...} variables): that part is the session's own.
+            os.makedirs(path.split("${", 1)[0], exist_ok=True)
+        conf[f"spark.hadoop.{key}"] = path
+    return conf
 
 
 def _scratch_dir(home: str | None) -> str:

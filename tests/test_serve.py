@@ -251,6 +251,28 @@ def test_four_clients_at_once_get_the_expected_state(server):
         assert answer == expected, f"{name}: {answer if isinstance(answer, Exception) else 'wrong rows'}"
 
 
+def test_a_client_leaving_keeps_the_other_sessions_resources(server):
+    """Hive deletes a session's resources directory when the session closes. Each JDBC session has its
+    own, so one client leaving cannot pull it from under the others (a shared one did, and a session
+    opening at that moment failed "Couldn't create directory .../resources")."""
+    def session_dirs() -> set[Path]:
+        return set(server.home.glob("statecat-spark-*/resources/*"))
+
+    before = session_dirs()
+    staying, leaving = server.connect(), server.connect()
+    try:
+        opened = session_dirs() - before
+        assert len(opened) == 2, f"expected a resources directory per new session, got {sorted(opened)}"
+        leaving.close()
+        remaining = session_dirs()
+        assert len(opened & remaining) == 1 and before <= remaining, (sorted(opened), sorted(remaining))
+        cursor = staying.cursor()
+        cursor.execute(f"SELECT count(*) FROM {DATABASE}.accstate")
+        assert cursor.fetchall() == [(len(expected_accstate(CASE)),)]
+    finally:
+        staying.close()
+
+
 def test_a_query_on_a_deleted_savepoint_errors_and_the_next_one_is_answered(server):
     from pyhive.exc import DatabaseError
 
