@@ -132,11 +132,29 @@ class Server:
                 self.process.wait(60)
             except subprocess.TimeoutExpired:
                 pass
+        # The JVM outlives the Python process while its shutdown hooks delete Spark's temp files
+        # (/tmp/spark-*, native libraries): killed then, it leaves them behind.
+        deadline = time.monotonic() + 60
+        while _group_members(self.process.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
         try:
             os.killpg(self.process.pid, signal.SIGKILL)  # the JVM and workers, if anything is left
         except ProcessLookupError:
             pass
         self.process.wait()
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of a process group, from /proc."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # exited while listed
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
 
 
 @pytest.fixture(scope="module")
@@ -389,3 +407,5 @@ def test_sigterm_stops_it_cleanly(server):
     assert not (server.home / "serve.json").exists()
     assert not _listening(server.port)
     assert "stopped" in server.stderr.read_text()
+    # Its Spark JVM and Python workers exit too, by themselves.
+    _until(lambda: not _group_members(server.process.pid), TIMEOUT, "the server's JVM and workers to exit")
