@@ -224,7 +224,7 @@ def _supervise(home: str, port: int) -> int:
     scratch = os.path.join(home, SCRATCH_DIR, "metastore")
     os.makedirs(scratch, exist_ok=True)
     command = [_java(), SERVER_HEAP, f"-Djava.io.tmpdir={scratch}", f"-Dderby.system.home={home}", f"-Dlog4j2.configurationFile=file:{server_log4j}",
-               "-Dhive.async.log.enabled=false", "-cp", os.path.join(_spark_jars(), "*"), METASTORE_MAIN,
+               "-Dhive.async.log.enabled=false", "-cp", os.path.join(spark_jars_dir(), "*"), METASTORE_MAIN,
                "-p", str(port),
                "--hiveconf", f"javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={derby};create=true",
                "--hiveconf", "datanucleus.schema.autoCreateAll=true",
@@ -326,7 +326,8 @@ def _java() -> str:
     return os.path.join(java_home, "bin", "java") if java_home else "java"
 
 
-def _spark_jars() -> str:
+def spark_jars_dir() -> str:
+    """The installed pyspark's jar directory: the metastore server's classpath and the extension's build path."""
     import pyspark
 
     return os.path.join(os.path.dirname(pyspark.__file__), "jars")

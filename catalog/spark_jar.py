@@ -64,13 +64,13 @@ def extension_jar() -> str | None:
 
 
 def _build(javac: str, sources: list[Path], jar: Path) -> None:
-    from statecat.catalog.metastore import _spark_jars
+    from statecat.catalog.metastore import spark_jars_dir
 
     jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="statecat-javac-") as scratch:
         classes = Path(scratch, "classes")
         done = subprocess.run([javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-d", str(classes),
-                               "-cp", os.path.join(_spark_jars(), "*"), *map(str, sources)],
+                               "-cp", os.path.join(spark_jars_dir(), "*"), *map(str, sources)],
                               capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
         if done.returncode != 0:
             raise JarBuildError(f"javac failed on statecat's Spark extension ({SOURCES}):\n{done.stderr.strip()}")

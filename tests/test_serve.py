@@ -134,9 +134,10 @@ class Server:
                 pass
         # The JVM outlives the Python process while its shutdown hooks delete Spark's temp files
         # (/tmp/spark-*, native libraries): killed then, it leaves them behind.
-        deadline = time.monotonic() + 60
-        while _group_members(self.process.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        try:
+            _until(lambda: not _group_members(self.process.pid), 60, "the server's JVM to exit", interval=0.2)
+        except AssertionError:
+            pass  # killed below
         try:
             os.killpg(self.process.pid, signal.SIGKILL)  # the JVM and workers, if anything is left
         except ProcessLookupError:
