@@ -47,11 +47,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    from statecat.catalog.databases import attach, materialise
-    from statecat.catalog.discovery import discover_savepoints
-    from statecat.catalog.queries import sql
-    from statecat.catalog.registry import read_record
-    from statecat.catalog.sessions import session
+    from statecat.catalog.spark.databases import attach, materialise
+    from statecat.catalog.spark.discovery import discover_savepoints
+    from statecat.catalog.spark.queries import sql
+    from statecat.catalog.spark.registry import read_record
+    from statecat.catalog.servers.sessions import session
 
     scratch = Path(tempfile.mkdtemp(prefix="statecat_bench_"))
     figures: dict = {"savepoints": args.count}
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
         figures["eager_estimate_for_all_s"] = round(elapsed / max(len(sample), 1) * args.count, 1)
         spark.stop()
     finally:
-        from statecat.catalog import metastore
+        from statecat.catalog.servers import metastore
 
         metastore.stop(str(scratch / "home"))  # the session's metastore server outlives it (idle timeout)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -187,7 +187,7 @@ def main() -> None:
     try:
         cluster.start_master()
         cluster.add_worker()
-        from statecat.catalog.sessions import session
+        from statecat.catalog.servers.sessions import session
 
         spark = session(str(scratch / "home"), master=cluster.url, quiet=True, conf={
             "spark.driver.host": HOST, "spark.driver.bindAddress": HOST,

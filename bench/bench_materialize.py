@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO / "bench"))
 import pyarrow as pa  # noqa: E402
 from bench_scan import MAIN_STATE, ensure_savepoint, keyed_bytes  # noqa: E402
 
-from statecat.catalog.materialize import Materializer  # noqa: E402
+from statecat.catalog.lake.materialize import Materializer  # noqa: E402
 from statecat.readers import SavepointReader  # noqa: E402
 from tests.test_materialize import duckdb_with_delta, register_lake_views  # noqa: E402
 

@@ -10,10 +10,10 @@ copy of the ``accState`` table's rows (once, next to the savepoint), then runs i
 
 and a ``WHERE key = ...`` read on both (a warm-up each, then the best of ``--repeat``, alternating)
 and prints times, rows/s and savepoint / Parquet ratios. The savepoint table is read as statecat's
-sessions read it, as Arrow columns (catalog/spark-extension/), and also ``row-wise``, through
+sessions read it, as Arrow columns (catalog/spark/java/), and also ``row-wise``, through
 Spark's own Python data source (``spark.statecat.columnar.enabled=false``). ``--profile`` also prints, per query, the
 task time split Spark's REST API reports and the data source's own read() timing
-(``STATECAT_READ_PROFILE``, see catalog/source.py); ``--jvm-profile`` then samples the JVM's task
+(``STATECAT_READ_PROFILE``, see catalog/spark/source.py); ``--jvm-profile`` then samples the JVM's task
 threads over more scans of each (bench/jvm_profile.py).
 """
 
@@ -44,7 +44,7 @@ COLUMNAR_ENABLED = "spark.statecat.columnar.enabled"
 
 def state_table(spark, savepoint: Path) -> str:
     """Attaches the savepoint (embedded catalog in the bench's own home) and names its accState table."""
-    from statecat.catalog.databases import attach
+    from statecat.catalog.spark.databases import attach
 
     result = attach(spark, [str(savepoint)], eager=True)
     if result.failed:
@@ -142,7 +142,7 @@ def main() -> None:
         conf.update({"spark.ui.enabled": "true", "spark.ui.port": "4077"})
     conf.update(dict(item.split("=", 1) for item in args.conf))
 
-    from statecat.catalog.sessions import session
+    from statecat.catalog.servers.sessions import session
 
     spark = session(str(home), master=args.master, conf=conf, quiet=True)
     try:

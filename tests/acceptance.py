@@ -11,7 +11,7 @@ import json
 import pickle
 from pathlib import Path
 
-from statecat.catalog.cmd_inspect import describe
+from statecat.catalog.cli.inspect import describe
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
 from statecat.readers.keygroups import key_group_for

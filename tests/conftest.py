@@ -1,5 +1,5 @@
 """Session-wide test settings: statecat homes stay under pytest's temp dir, and every shared
-metastore server a test started (catalog/metastore.py) is stopped when the session ends."""
+metastore server a test started (catalog/servers/metastore.py) is stopped when the session ends."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def _statecat_homes(tmp_path_factory):
     # A server whose test was killed stops by itself soon after.
     os.environ.setdefault("STATECAT_METASTORE_IDLE_SECONDS", "300")
     yield
-    from statecat.catalog import metastore
+    from statecat.catalog.servers import metastore
 
     for state in base.rglob(metastore.STATE_FILE):
         metastore.stop(str(state.parent))

@@ -10,7 +10,7 @@ import os
 import sys
 
 from statecat.catalog import cli
-from statecat.catalog.materialize import Materializer
+from statecat.catalog.lake.materialize import Materializer
 
 CRASH_EXIT_CODE = 75
 

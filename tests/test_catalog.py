@@ -103,7 +103,7 @@ def reader_rows(table, columns, entries=()):
 # ----------------------------------------------------------------------------- naming (no Spark)
 
 def test_database_names_are_readable_stable_and_collision_free(tmp_path):
-    from statecat.catalog.discovery import readable_name, unique_name
+    from statecat.catalog.spark.discovery import readable_name, unique_name
 
     root = str(CASES_DIR)
     path = str(savepoint_dir(GROUPBY_CASE))
@@ -125,7 +125,7 @@ def test_database_names_are_readable_stable_and_collision_free(tmp_path):
 
 
 def test_savepoints_are_found_under_local_paths_and_uris():
-    from statecat.catalog.discovery import discover_savepoints, readable_name
+    from statecat.catalog.spark.discovery import discover_savepoints, readable_name
 
     local = discover_savepoints(str(CASES_DIR))
     assert set(SQL_CASES) <= {Path(p).parent.name for p in local}
@@ -136,7 +136,7 @@ def test_savepoints_are_found_under_local_paths_and_uris():
 
 
 def test_sqlglot_finds_the_databases_a_query_names():
-    from statecat.catalog.queries import referenced_databases, split_statements
+    from statecat.catalog.spark.queries import referenced_databases, split_statements
 
     databases, tables = referenced_databases(
         "WITH x AS (SELECT 1) SELECT * FROM a.t1 JOIN x ON TRUE WHERE k IN (SELECT k FROM B.t2); "
@@ -150,8 +150,8 @@ def test_sqlglot_finds_the_databases_a_query_names():
 
 def test_key_filter_plans_and_reads_only_the_key_group():
     from pyspark.sql.datasource import EqualTo, In
-    from statecat.catalog.source import FlinkStateReader, StatePartition
-    from statecat.catalog.tables import TableRef, spark_schema
+    from statecat.catalog.spark.source import FlinkStateReader, StatePartition
+    from statecat.catalog.spark.tables import TableRef, spark_schema
     from statecat.readers import SavepointReader
     from statecat.readers.keygroups import key_group_for
     from statecat.statemeta.model import load_state_meta
@@ -190,8 +190,8 @@ def test_key_filter_plans_and_reads_only_the_key_group():
 
 def test_filters_statecat_cannot_use_are_left_to_spark():
     from pyspark.sql.datasource import EqualTo, GreaterThan
-    from statecat.catalog.source import FlinkStateReader
-    from statecat.catalog.tables import TableRef, spark_schema
+    from statecat.catalog.spark.source import FlinkStateReader
+    from statecat.catalog.spark.tables import TableRef, spark_schema
     from statecat.statemeta.model import load_state_meta
 
     path = str(savepoint_dir(GROUPBY_CASE))
@@ -207,7 +207,7 @@ def test_filters_statecat_cannot_use_are_left_to_spark():
 
 
 def test_large_subtask_ranges_split_into_partitions_of_equal_bytes_at_key_group_boundaries():
-    from statecat.catalog.source import balanced_key_groups, key_group_bytes
+    from statecat.catalog.spark.source import balanced_key_groups, key_group_bytes
     from statecat.statemeta.model import load_state_meta
 
     _, state = load_state_meta(str(savepoint_dir(GROUPBY_CASE))).find_state("accState")
@@ -263,7 +263,7 @@ def test_state_meta_has_one_row_per_state_and_names_its_table(spark):
 @pytest.mark.spark
 @pytest.mark.parametrize("case", ["sql_groupby_hashmap_2.3", "sql_window_2.3", "sql_join_2.3"])
 def test_every_state_table_equals_the_reader(spark, case):
-    from statecat.catalog.tables import state_table_names
+    from statecat.catalog.spark.tables import state_table_names
     from statecat.readers import SavepointReader
 
     reader = SavepointReader(str(savepoint_dir(case)))
@@ -463,7 +463,7 @@ def test_missing_state_file_at_query_time_names_savepoint_operator_and_state(spa
     assert f"savepoint {savepoint}" in message
     assert "operator GroupAggregate[3]" in message and "state 'accState'" in message
     assert "state file referenced by _metadata is missing" in message
-    from statecat.catalog.spark_errors import spark_error_message
+    from statecat.catalog.spark.errors import spark_error_message
 
     line = spark_error_message(info.value)  # what `statecat sql` prints
     assert line.startswith(f"cannot read savepoint {savepoint}, operator GroupAggregate[3], state 'accState': "
@@ -487,7 +487,7 @@ def test_truncated_state_file_at_query_time_names_savepoint_operator_and_state(s
 def test_table_whose_columns_no_longer_fit_the_state_is_a_clear_error(spark):
     """An undecodable column: the catalog says one type, the savepoint's serializer another."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
-    from statecat.catalog.tables import REF_METADATA_KEY, TableRef
+    from statecat.catalog.spark.tables import REF_METADATA_KEY, TableRef
     from statecat.statemeta.model import load_state_meta
 
     path = str(savepoint_dir(GROUPBY_CASE))

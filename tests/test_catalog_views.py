@@ -175,7 +175,7 @@ def test_state_bytes_match_an_independent_walk_of_the_key_groups(case):
 
 
 def test_operator_bytes_are_the_operators_streams_as_inspect_counts_them():
-    from statecat.catalog.cmd_inspect import describe
+    from statecat.catalog.cli.inspect import describe
     from statecat.readers.state_bytes import savepoint_bytes
 
     for case in CASES:
@@ -281,7 +281,7 @@ def test_a_damaged_key_group_is_a_clear_error(tmp_path):
     assert os.path.basename(path) in str(err.value) and "key-group" in str(err.value)
 
     # state_meta, where damage is diagnosed, still lists every state: sizes empty, the reason given.
-    from statecat.catalog.tables import STATE_META_COLUMNS, state_meta_rows
+    from statecat.catalog.spark.tables import STATE_META_COLUMNS, state_meta_rows
 
     columns = [name for name, _ in STATE_META_COLUMNS]
     rows = [dict(zip(columns, row)) for row in state_meta_rows(meta)]
@@ -357,7 +357,7 @@ def test_every_column_has_a_description(spark):
 @pytest.mark.spark
 def test_catalog_wide_states_follow_attach_and_detach(spark):
     from statecat.catalog import attach, sql
-    from statecat.catalog.catalog_views import refresh_catalog_views
+    from statecat.catalog.spark.catalog_views import refresh_catalog_views
 
     query = ("SELECT database, operator, state_name, entries, bytes FROM statecat.states "
              "ORDER BY database, operator, state_name")
@@ -385,7 +385,7 @@ def test_catalog_wide_states_follow_attach_and_detach(spark):
     assert [r[0] for r in one] == ["sql_join_2_3"]
 
     # Detach rewrites the registry; the tables follow once pointed at its current files.
-    from statecat.catalog.relocation import detach
+    from statecat.catalog.spark.relocation import detach
 
     detach(spark, _db("sql_join_2.3"))
     refresh_catalog_views(spark)
@@ -422,7 +422,7 @@ def test_a_vanished_savepoint_is_named_with_the_way_out(spark, tmp_path):
     import shutil
 
     from statecat.catalog import attach
-    from statecat.catalog.relocation import detach
+    from statecat.catalog.spark.relocation import detach
 
     copy = tmp_path / "gone" / "savepoint"
     shutil.copytree(savepoint_dir("sql_window_2.3"), copy)

@@ -1,8 +1,8 @@
-"""Columnar state scans: statecat's Spark extension (catalog/spark-extension/) reads state tables as
+"""Columnar state scans: statecat's Spark extension (catalog/spark/java/) reads state tables as
 Arrow columns through statecat's own Python workers, instead of Spark's row-wise Python data source.
 
 The shared session of tests/test_catalog.py has the extension (its jar compiled by
-catalog/spark_jar.py with the JDK here); every Spark test there reads state tables through it. This
+catalog/spark/extension.py with the JDK here); every Spark test there reads state tables through it. This
 module checks what is particular to it: that it is the path taken, that it answers exactly as the
 row-wise source on every fixture, its pushdown and pruning, worker reuse after an abandoned read,
 its errors, the worker protocol, and sessions without a JDK.
@@ -98,7 +98,7 @@ def test_an_abandoned_read_leaves_no_worker_that_answers_the_next_query_wrongly(
 
 @pytest.mark.spark
 def test_a_damaged_state_file_fails_the_columnar_scan_with_statecats_message(spark, tmp_path):
-    from statecat.catalog.spark_errors import spark_error_message
+    from statecat.catalog.spark.errors import spark_error_message
 
     savepoint, data_files = _copy_attached(spark, tmp_path, "columnar_truncated")
     for f in data_files:
@@ -116,8 +116,8 @@ def test_a_damaged_state_file_fails_the_columnar_scan_with_statecats_message(spa
 @pytest.mark.spark
 def test_a_table_naming_an_unknown_state_fails_when_the_scan_is_planned(spark):
     """The catalog's schema is taken as it is; the Python planner, run from the JVM, finds the state missing."""
-    from statecat.catalog.spark_errors import spark_error_message
-    from statecat.catalog.tables import REF_METADATA_KEY, TableRef, ref_from_schema
+    from statecat.catalog.spark.errors import spark_error_message
+    from statecat.catalog.spark.tables import REF_METADATA_KEY, TableRef, ref_from_schema
 
     path = str(savepoint_dir(GROUPBY_CASE))
     schema = spark.table(ACC_TABLE).schema
@@ -144,7 +144,7 @@ def _request(*parts) -> io.BufferedReader:
 
 
 def _reply_error(request) -> str:
-    from statecat.catalog.columnar_worker import STATUS_ERROR, main
+    from statecat.catalog.spark.columnar_worker import STATUS_ERROR, main
 
     out = io.BytesIO()
     with pytest.raises(SystemExit):
@@ -176,7 +176,7 @@ def test_a_plan_request_for_a_missing_savepoint_replies_statecats_error(tmp_path
 
 
 def test_a_closed_socket_ends_the_worker_quietly():
-    from statecat.catalog.columnar_worker import main
+    from statecat.catalog.spark.columnar_worker import main
 
     out = io.BytesIO()
     with pytest.raises(SystemExit):
@@ -187,32 +187,32 @@ def test_a_closed_socket_ends_the_worker_quietly():
 # ----------------------------------------------------------------------------- the jar (no Spark)
 
 def test_without_a_jdk_sessions_go_without_the_extension(monkeypatch, tmp_path, caplog):
-    from statecat.catalog import spark_jar
+    from statecat.catalog.spark import extension
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))  # no javac anywhere
-    monkeypatch.setattr(spark_jar, "_built", {})
+    monkeypatch.setattr(extension, "_built", {})
     conf = {"spark.jars": "/x/other.jar"}
-    assert spark_jar.columnar_conf(conf) == conf
+    assert extension.columnar_conf(conf) == conf
     assert "no javac (JDK) found" in caplog.text and "row by row" in caplog.text
 
 
 def test_the_jar_is_built_once_per_source_and_merged_into_existing_settings(monkeypatch, tmp_path):
-    from statecat.catalog import spark_jar
+    from statecat.catalog.spark import extension
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(spark_jar, "_built", {})
-    conf = spark_jar.columnar_conf({"spark.jars": "/x/other.jar", "spark.sql.extensions": "a.B"})
+    monkeypatch.setattr(extension, "_built", {})
+    conf = extension.columnar_conf({"spark.jars": "/x/other.jar", "spark.sql.extensions": "a.B"})
     jar = conf["spark.jars"].split(",")[1]
     assert conf["spark.jars"].split(",")[0] == "/x/other.jar" and jar.startswith(str(tmp_path / "cache"))
-    assert conf["spark.sql.extensions"] == f"a.B,{spark_jar.EXTENSIONS_CLASS}"
+    assert conf["spark.sql.extensions"] == f"a.B,{extension.EXTENSIONS_CLASS}"
     import zipfile
 
     names = zipfile.ZipFile(jar).namelist()
     assert "statecat/spark/StatecatExtensions.class" in names and "statecat/spark/ColumnarStateRule.class" in names
     built = (tmp_path / "cache" / "statecat").stat().st_mtime_ns
-    monkeypatch.setattr(spark_jar, "_built", {})
-    assert spark_jar.extension_jar() == jar  # cached: not rebuilt
+    monkeypatch.setattr(extension, "_built", {})
+    assert extension.extension_jar() == jar  # cached: not rebuilt
     assert sorted(p.name for p in (tmp_path / "cache" / "statecat").iterdir()) == [jar.rsplit("/", 1)[1]]
     assert (tmp_path / "cache" / "statecat").stat().st_mtime_ns == built

@@ -68,7 +68,7 @@ def _cli(env, *args) -> int:
 
 
 def _attach(env, path: Path) -> str:
-    from statecat.catalog.databases import attach
+    from statecat.catalog.spark.databases import attach
 
     result = attach(env["spark"], [str(path)])
     assert result.failed == []
@@ -81,14 +81,14 @@ def _rows(env) -> dict[str, dict]:
 
 
 def _acc(env, database: str) -> list[tuple]:
-    from statecat.catalog.queries import sql
+    from statecat.catalog.spark.queries import sql
 
     frame = sql(env["spark"], f"SELECT key, value.f0, value.f1 FROM {database}.accstate")
     return sorted(tuple(r) for r in frame.collect())
 
 
 def _refs(env, database: str) -> set[str]:
-    from statecat.catalog.tables import ref_from_schema
+    from statecat.catalog.spark.tables import ref_from_schema
 
     spark = env["spark"]
     return {ref_from_schema(spark.table(f"`{database}`.`{t.name}`").schema).savepoint
@@ -96,13 +96,13 @@ def _refs(env, database: str) -> set[str]:
 
 
 def _property(env, database: str) -> str:
-    from statecat.catalog.queries import _savepoint_of
+    from statecat.catalog.spark.queries import _savepoint_of
 
     return _savepoint_of(env["spark"], database)
 
 
 def test_an_older_registry_is_migrated_once_and_every_column_has_a_comment(env):
-    from statecat.catalog.registry import REGISTRY_SCHEMA, TIME_SOURCE_COMMENT, ensure_registry
+    from statecat.catalog.spark.registry import REGISTRY_SCHEMA, TIME_SOURCE_COMMENT, ensure_registry
     from statecat.statemeta.taken_at import SOURCE_FILE
 
     spark = env["spark"]
@@ -184,7 +184,7 @@ def test_relocate_refuses_another_savepoint(env, capsys):
 
 
 def test_attaching_a_moved_savepoint_keeps_its_database(env):
-    from statecat.catalog.databases import attach
+    from statecat.catalog.spark.databases import attach
 
     old = _copy(env["base"] / "reattach_old" / "savepoint")
     database = _attach(env, old)
@@ -201,7 +201,7 @@ def test_attaching_a_moved_savepoint_keeps_its_database(env):
 
 
 def test_a_query_on_a_deleted_savepoint_is_one_line_naming_relocate_and_detach(env, capsys):
-    from statecat.catalog.spark_errors import spark_error_message, spark_error_types
+    from statecat.catalog.spark.errors import spark_error_message, spark_error_types
 
     sp = _copy(env["base"] / "deleted" / "savepoint")
     database = _attach(env, sp)
@@ -228,7 +228,7 @@ def test_a_worker_side_statecat_error_is_one_frame_and_one_message(env, table, c
     """What plain Spark (spark-sql, a notebook) shows: the worker's traceback is one frame plus
     statecat's line; a columnar scan (a Java source) fails as Spark's own sources do, with statecat's
     line as the Java exception's message and no Python traceback."""
-    from statecat.catalog.spark_errors import spark_error_message, spark_error_types
+    from statecat.catalog.spark.errors import spark_error_message, spark_error_types
 
     sp = _copy(env["base"] / f"damaged_{table}_{columnar}" / "savepoint")
     database = _attach(env, sp)
@@ -262,8 +262,8 @@ def test_a_worker_side_statecat_error_is_one_frame_and_one_message(env, table, c
 def test_relocate_keeps_the_descriptor_file_of_declared_tables(env):
     import json
 
-    from statecat.catalog.databases import attach, materialise
-    from statecat.catalog.relocation import _table_refs
+    from statecat.catalog.spark.databases import attach, materialise
+    from statecat.catalog.spark.relocation import _table_refs
     from tests.test_stateinfo import PROCESS_CASE, _descriptor_doc
 
     old = env["base"] / "declared_old" / "savepoint"
@@ -283,7 +283,7 @@ def test_relocate_keeps_the_descriptor_file_of_declared_tables(env):
 
 
 def _refs_of(env, database: str) -> list:
-    from statecat.catalog.tables import ref_from_schema
+    from statecat.catalog.spark.tables import ref_from_schema
 
     spark = env["spark"]
     return [ref_from_schema(spark.table(f"`{database}`.`{t.name}`").schema) for t in spark.catalog.listTables(database)]

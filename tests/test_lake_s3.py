@@ -14,7 +14,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import QueryBuilder
 
-from statecat.catalog.lake_tables import read_delta
+from statecat.catalog.lake.tables import read_delta
 from statecat.readers import SavepointReader
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import stable_state_names

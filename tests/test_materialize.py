@@ -21,8 +21,8 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from statecat.catalog.lake_tables import delta_type, read_delta
-from statecat.catalog.materialize import Materializer, Retention, Selection
+from statecat.catalog.lake.tables import delta_type, read_delta
+from statecat.catalog.lake.materialize import Materializer, Retention, Selection
 from tests.crashing_materialize import CRASH_EXIT_CODE
 from statecat.readers import SavepointReader, key_group_for
 from statecat.statemeta.model import load_state_meta
@@ -468,7 +468,7 @@ def test_a_state_that_fails_to_decode_fails_its_snapshot_and_leaves_nothing(tmp_
 
 
 def test_schema_rule_merges_added_fields_and_refuses_other_changes():
-    from statecat.catalog.materialize import _schema_change_problem
+    from statecat.catalog.lake.materialize import _schema_change_problem
 
     old = pa.schema([("key", pa.string()), ("value", pa.struct([("f0", pa.int64())]))])
     added = pa.schema([("key", pa.string()), ("value", pa.struct([("f0", pa.int64()), ("f1", pa.string())])),

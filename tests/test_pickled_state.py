@@ -190,7 +190,7 @@ def test_a_value_that_is_not_a_pickle_is_an_error_not_unpickled(tmp_path, monkey
 
 SPARK_READ = """
 import json, sys
-from statecat.catalog.sessions import session
+from statecat.catalog.servers.sessions import session
 spark = session(sys.argv[1], quiet=True)
 frame = (spark.read.format("flinkstate").option("path", sys.argv[2]).option("state", "avg")
          .option("unpickle", sys.argv[3]).load())

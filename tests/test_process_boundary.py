@@ -100,7 +100,7 @@ def test_editable_install_sessions_find_the_flinkstate_source(tmp_path):
 
 SESSION_SCRIPT = textwrap.dedent("""
     import sys
-    from statecat.catalog.sessions import session
+    from statecat.catalog.servers.sessions import session
 
     savepoint, home = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
     spark = session(home)
@@ -132,7 +132,7 @@ def test_a_session_leaves_nothing_in_the_temp_dir(tmp_path, where):
                PYSPARK_PYTHON=sys.executable, STATECAT_HOME=str(home if where == "statecat_home_env" else tmp_path))
     done = subprocess.run([sys.executable, "-c", SESSION_SCRIPT, *args], cwd=work, env=env, capture_output=True,
                           text=True, timeout=TIMEOUT)
-    from statecat.catalog.metastore import stop
+    from statecat.catalog.servers.metastore import stop
 
     assert stop(str(home))  # the session's home runs the shared metastore server, here stopped
     assert done.returncode == 0, done.stderr[-3000:]
@@ -185,8 +185,9 @@ def test_a_damaged_state_file_read_through_sql_prints_one_line(tmp_path):
 
 COMMAND_SCRIPT = textwrap.dedent("""
     import sys
-    from statecat.catalog import cli, cmd_sql
-    from statecat.catalog.cmd_attach import cli_session
+    from statecat.catalog import cli
+    from statecat.catalog.cli import sql as cmd_sql
+    from statecat.catalog.cli.attach import cli_session
 
     def run(args):
         WORK

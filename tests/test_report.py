@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from statecat.catalog import plots
-from statecat.catalog.databases import AttachResult
+from statecat.catalog.spark.databases import AttachResult
 from statecat.readers import SavepointReader, skew
 from statecat.readers.keygroups import key_group_for
 from statecat.statemeta.errors import LookupFailedError, StatecatError

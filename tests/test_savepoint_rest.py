@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from statecat.catalog.cli import main as cli_main
-from statecat.catalog.cmd_savepoint import local_path
+from statecat.catalog.cli.savepoint import local_path
 from statecat.statemeta.stateinfo import STATE_INFO_FILE
 from tests.fixtures.expected import savepoint_dir
 

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 from statecat.catalog.cli import main as cli_main
-from statecat.catalog.materialize import identify
-from statecat.catalog.registry import read_record
+from statecat.catalog.lake.materialize import identify
+from statecat.catalog.spark.registry import read_record
 from statecat.statemeta.stateinfo import STATE_INFO_FILE, snapshot
 from statecat.statemeta.taken_at import (
     SOURCE_CHECKPOINT,

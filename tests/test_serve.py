@@ -57,7 +57,7 @@ def _free_port() -> int:
 
 
 def _listening(port: int) -> bool:
-    from statecat.catalog.thrift_server import listening
+    from statecat.catalog.servers.thrift_server import listening
 
     return listening(port)
 
@@ -171,7 +171,7 @@ def server(tmp_path_factory):
         yield server
     finally:
         server.kill()
-        from statecat.catalog import metastore
+        from statecat.catalog.servers import metastore
 
         metastore.stop(str(home))
 
@@ -179,8 +179,8 @@ def server(tmp_path_factory):
 def test_a_fresh_hive_client_never_loads_hive_s_function_registry(tmp_path):
     """What each Thrift session's close does (a fresh ``Hive`` on its thread) must not touch Hive's
     FunctionRegistry, which cannot load from pyspark's jars and, once failed, hangs every later caller."""
-    from statecat.catalog.sessions import session
-    from statecat.catalog.thrift_server import skip_hive_function_registry
+    from statecat.catalog.servers.sessions import session
+    from statecat.catalog.servers.thrift_server import skip_hive_function_registry
 
     spark = session(str(tmp_path / "home"), quiet=True)
     try:
@@ -191,7 +191,7 @@ def test_a_fresh_hive_client_never_loads_hive_s_function_registry(tmp_path):
         assert hive.get(jvm.org.apache.hadoop.hive.conf.HiveConf()) is not None
     finally:
         spark.stop()
-        from statecat.catalog import metastore
+        from statecat.catalog.servers import metastore
 
         metastore.stop(str(tmp_path / "home"))
 
@@ -302,7 +302,7 @@ def test_a_query_on_a_deleted_savepoint_errors_and_the_next_one_is_answered(serv
         path.unlink()
     with pytest.raises(DatabaseError) as failure:
         server.query("SELECT count(*) FROM doomed.accstate")
-    from statecat.catalog.sql_client import server_error_message
+    from statecat.catalog.servers.sql_client import server_error_message
 
     message = server_error_message(failure.value)
     assert "state file referenced by _metadata is missing" in message and "doomed" in message
@@ -381,7 +381,7 @@ def test_statecat_sql_reports_a_server_side_error_as_one_line(server, tmp_path):
 
 
 def test_nested_values_from_the_server_read_back_as_the_local_path_shows_them():
-    from statecat.catalog.sql_client import _value
+    from statecat.catalog.servers.sql_client import _value
 
     # As Spark's Thrift server writes structs, maps with text or other keys, and arrays.
     assert _value('{"f0":1,"f1":-336}', "STRUCT_TYPE") == {"f0": 1, "f1": -336}

@@ -1,4 +1,4 @@
-"""Many processes on one statecat home: the shared metastore server (catalog/metastore.py).
+"""Many processes on one statecat home: the shared metastore server (catalog/servers/metastore.py).
 
 Two ``spark-sql`` shells (one through ``statecat spark-sql``, one plain with the home's
 ``SPARK_CONF_DIR``), ``statecat sql`` and ``statecat attach`` of a new savepoint run at the same
@@ -51,7 +51,7 @@ def _expected_value(case: str, state: str, key: str):
 def _server_pid(home: Path) -> int:
     import json
 
-    from statecat.catalog.metastore import STATE_FILE
+    from statecat.catalog.servers.metastore import STATE_FILE
 
     return json.loads((home / STATE_FILE).read_text())["supervisor_pid"]
 
@@ -183,7 +183,7 @@ def test_embedded_mode_names_the_process_holding_the_database(tmp_path):
 
 
 def test_a_production_hive_site_is_used_as_is(tmp_path, monkeypatch):
-    from statecat.catalog.sessions import resolve_home
+    from statecat.catalog.servers.sessions import resolve_home
 
     conf = tmp_path / "spark-conf"
     conf.mkdir()

@@ -36,7 +36,7 @@ def _utc(ms: int) -> dt.datetime:
 def expected_rows(name: str) -> list[tuple]:
     """The rows an example must return, in order (session time zone UTC)."""
     if name.startswith("01_"):
-        from statecat.catalog.tables import state_table_names
+        from statecat.catalog.spark.tables import state_table_names
         from statecat.statemeta.model import load_state_meta
 
         meta = load_state_meta(str(savepoint_dir("sql_groupby_hashmap_2.3")))

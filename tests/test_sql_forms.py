@@ -77,7 +77,7 @@ def test_every_column_has_a_comment(spark):
 @pytest.mark.parametrize("case", KEY_CASES)
 def test_key_view_equals_the_python_key_view(spark, case):
     from statecat.readers import SavepointReader
-    from statecat.catalog.sql_forms import json_text
+    from statecat.catalog.spark.sql_forms import json_text
 
     reader = SavepointReader(str(savepoint_dir(case)))
     for key in sample_keys(case):
@@ -124,8 +124,8 @@ def test_key_view_ordered_by_taken_at_is_the_key_history(spark):
 
 @pytest.mark.spark
 def test_key_view_without_a_key_is_a_one_line_error(spark):
-    from statecat.catalog.spark_errors import spark_error_message
-    from statecat.catalog.sql_forms import MISSING_KEY
+    from statecat.catalog.spark.errors import spark_error_message
+    from statecat.catalog.spark.sql_forms import MISSING_KEY
 
     for query in ("SELECT * FROM statecat.key_view",
                   "SELECT count(*) FROM statecat.key_view WHERE database = 'sql_window_2_3'",
@@ -219,8 +219,8 @@ def test_diff_values_are_the_old_and_new_contents(spark):
 
 @pytest.mark.spark
 def test_diff_without_both_savepoints_is_a_one_line_error(spark):
-    from statecat.catalog.spark_errors import spark_error_message
-    from statecat.catalog.sql_forms import MISSING_SIDES
+    from statecat.catalog.spark.errors import spark_error_message
+    from statecat.catalog.spark.sql_forms import MISSING_SIDES
 
     for query in ("SELECT * FROM statecat.diff", "SELECT * FROM statecat.diff WHERE a = 'sql_window_2_3'"):
         with pytest.raises(Exception) as info:
@@ -257,7 +257,7 @@ def test_one_task_per_savepoint_and_per_state_range(spark):
 @pytest.mark.spark
 def test_database_pushdown_reads_only_the_named_savepoints(spark, tmp_path):
     from statecat.catalog import attach
-    from statecat.catalog.relocation import detach
+    from statecat.catalog.spark.relocation import detach
 
     copy = tmp_path / "gone" / "savepoint"
     shutil.copytree(savepoint_dir("sql_groupby_hashmap_2.3"), copy)
@@ -301,8 +301,8 @@ def _registry(tmp_path, cases) -> str:
 def test_large_states_split_into_key_group_ranges_that_together_give_the_whole_diff(tmp_path):
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from statecat.catalog.sql_forms import diff_batches, diff_partitions, json_text, key_text
-    from statecat.catalog.tables import TableRef, spark_schema
+    from statecat.catalog.spark.sql_forms import diff_batches, diff_partitions, json_text, key_text
+    from statecat.catalog.spark.tables import TableRef, spark_schema
     from statecat.readers import diff_savepoints
 
     case_a, case_b = "sql_groupby_hashmap_2.3", "sql_groupby_compressed_2.3"
@@ -326,7 +326,7 @@ def test_large_states_split_into_key_group_ranges_that_together_give_the_whole_d
 
 
 def test_planning_needs_the_key_and_both_savepoints(tmp_path):
-    from statecat.catalog.sql_forms import MISSING_KEY, MISSING_SIDES, diff_partitions, key_view_partitions
+    from statecat.catalog.spark.sql_forms import MISSING_KEY, MISSING_SIDES, diff_partitions, key_view_partitions
     from statecat.statemeta.errors import StatecatError
 
     location = _registry(tmp_path, ["sql_window_2.3", "sql_join_2.3"])

@@ -68,7 +68,7 @@ def test_state_info_lists_exactly_the_expected_operators_and_states(case, tmp_pa
                     assert "class" in got[part]
             assert got["decode"]["status"] in ("full", "raw")
             assert got["locations"], st["name"]
-    from statecat.catalog.tables import state_table_names
+    from statecat.catalog.spark.tables import state_table_names
 
     tables = {(op["id"], st["name"]): st["table"] for op in doc["operators"] for st in op["states"]}
     assert tables == state_table_names(meta)  # exactly the catalog's names

@@ -7,7 +7,7 @@ plan is the same, so each state's table (and each operator's) must keep its name
 from __future__ import annotations
 
 import pytest
-from statecat.catalog.tables import savepoint_tables
+from statecat.catalog.spark.tables import savepoint_tables
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import catalog_table_names, stable_state_names
 

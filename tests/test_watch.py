@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from statecat.catalog.cmd_watch import Watcher
+from statecat.catalog.cli.watch import Watcher
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.stateinfo import STATE_INFO_FILE, read_state_info
 from tests.fixtures.expected import savepoint_dir
@@ -324,7 +324,7 @@ def test_poll_cost_is_bounded(tmp_path, monkeypatch):
         _place(GOOD[0], root / f"savepoint-{i}")
     watcher = Watcher([str(root)])
     _until(watcher, lambda ev: sum(e.kind == "snapshot" for e in ev) == 3)
-    from statecat.catalog import cmd_watch
+    from statecat.catalog.cli import watch as cmd_watch
 
     opened = []
     for name in ("snapshot", "_read_json", "is_fresh", "open_storage"):

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from statecat.catalog.cmd_watch import Watcher, catalog_registrar
-from statecat.catalog.registry import registered
+from statecat.catalog.cli.watch import Watcher, catalog_registrar
+from statecat.catalog.spark.registry import registered
 from tests.fixtures.expected import savepoint_dir
 
 pytestmark = pytest.mark.spark

@@ -12,7 +12,7 @@ from tests.fixtures.expected import savepoint_dir
 # partitions), without a JVM; prints what gc.collect() walks after each read.
 PROBE = """
 import gc, sys
-from statecat.catalog.source import FlinkStateDataSource
+from statecat.catalog.spark.source import FlinkStateDataSource
 source = FlinkStateDataSource({"path": sys.argv[1], "state": "accState"})
 reader = source.reader(source.schema())
 partitions = list(reader.partitions())

@@ -1,0 +1,82 @@
+"""``statecat history ROOT K``: the key view of K in every savepoint and checkpoint under ROOT,
+ordered by when each was taken (by checkpoint id where the time is unknown)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import sys
+
+from statecat.catalog.cli.key import add_key_arguments, row_json
+from statecat.catalog.cli.read import _cell, _table, add_descriptors_argument, descriptors_of
+from statecat.readers import key_history
+from statecat.statemeta.errors import SavepointNotFoundError
+
+COLUMNS = ["taken_at", "checkpoint_id", "snapshot", "operator", "state", "namespace", "value"]
+ABSENT = "(key not present)"
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser("history", help="one key across every savepoint and checkpoint under a root",
+                                   description="The key view of K (see `statecat key`) in every savepoint and "
+                                               "retained checkpoint under ROOT, oldest first.")
+    parser.add_argument("root", help="a directory (or URI) holding savepoints and checkpoints, or one of them")
+    add_key_arguments(parser)
+    add_descriptors_argument(parser)
+    return parser
+
+
+def run(args) -> int:
+    entries = key_history(args.root, args.key, operators=args.operator, states=args.state, unpickle=args.unpickle,
+                          descriptors=descriptors_of(args))
+    if not entries:
+        raise SavepointNotFoundError("no savepoint or checkpoint (no _metadata) under this directory",
+                                     file=args.root, hint="Give the directory your job's savepoints or checkpoints "
+                                                          "are written to")
+    out = sys.stdout
+    if args.format == "json":
+        json.dump({"root": args.root, "key": args.key, "snapshots": [_entry_json(e) for e in entries]}, out,
+                  ensure_ascii=False)
+        out.write("\n")
+        return 0
+    rows = []
+    for entry in entries:
+        head = [entry.taken_at.isoformat() if entry.taken_at else "", str(entry.checkpoint_id or ""),
+                _short(entry.path, args.root)]
+        if entry.error is not None:
+            if args.format == "csv":
+                sys.stderr.write(f"statecat: could not read {entry.path}: {entry.error}\n")
+            else:
+                rows.append(head + ["", "", "", f"(not read: {entry.error})"])
+        elif not entry.view.rows:
+            if args.format == "table":
+                reasons = sorted({s.reason for s in entry.view.skipped if s.coercion})
+                rows.append(head + ["", "", "", ABSENT if entry.view.coercible
+                                     else f"(the key fits no state here: {'; '.join(reasons)})"])
+        else:
+            rows += [head + [_cell(v) for v in (r.operator, r.state, r.namespace, r.value)] for r in entry.view.rows]
+    if args.format == "csv":
+        writer = csv.writer(out)
+        writer.writerow(COLUMNS)
+        writer.writerows(rows)
+    else:
+        _table(out, COLUMNS, rows)
+        # Flink records no time in _metadata: say where each time comes from (e.g. a copy's mtime).
+        out.write(f"times from: {'; '.join(sorted({e.time_source for e in entries}))}\n")
+    return 0
+
+
+def _short(path: str, root: str) -> str:
+    if "://" in path:
+        return path[len(root.rstrip("/")):].lstrip("/") or path
+    relative = os.path.relpath(path, os.path.abspath(root))
+    return path if relative == "." else relative
+
+
+def _entry_json(entry) -> dict:
+    view = entry.view
+    return {"path": entry.path, "checkpoint_id": entry.checkpoint_id,
+            "taken_at": entry.taken_at.isoformat() if entry.taken_at else None, "time_source": entry.time_source,
+            "error": entry.error, "rows": [row_json(r) for r in view.rows] if view else [],
+            "skipped": [s.as_dict() for s in view.skipped] if view else []}

@@ -1,0 +1,50 @@
+"""``statecat serve [ROOT...]``: a JDBC/ODBC endpoint (Spark's Thrift server) over the home's savepoints.
+
+Dashboards and BI tools connect with Hive's JDBC driver or an ODBC driver for Spark/Hive, e.g.
+``beeline -u jdbc:hive2://127.0.0.1:10000/``; ``statecat sql`` on the same home uses the server too.
+See ``thrift_server``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from statecat.catalog.cli.attach import add_home_argument
+from statecat.catalog.servers.thrift_server import AUTH_MODES, DEFAULT_BIND, DEFAULT_POLL_SECONDS, DEFAULT_PORT
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser(
+        "serve", help="serve the savepoint databases over JDBC/ODBC (Spark's Thrift server, HiveServer2)",
+        description="Attaches the savepoints under the roots (and each new one once it is complete) and serves "
+                    "the home's catalog over the HiveServer2 protocol until SIGTERM or Ctrl-C.")
+    parser.add_argument("roots", nargs="*", metavar="ROOT",
+                        help="savepoint directories, or directories holding savepoints, to attach and watch")
+    parser.add_argument("--bind", default=DEFAULT_BIND,
+                        help=f"address to listen on (default {DEFAULT_BIND}); any other than loopback needs --auth")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--poll", type=float, default=DEFAULT_POLL_SECONDS, metavar="SECONDS",
+                        help=f"seconds between looks for new savepoints (default {DEFAULT_POLL_SECONDS:g})")
+    parser.add_argument("--auth", choices=AUTH_MODES, default=None,
+                        help="HiveServer2 authentication (hive.server2.authentication); default none on loopback. "
+                             "ldap, kerberos, custom and pam take their settings through --hiveconf")
+    parser.add_argument("--hiveconf", action="append", default=[], metavar="KEY=VALUE",
+                        help="a HiveServer2 setting, e.g. hive.server2.authentication.ldap.url=ldap://... "
+                             "(repeatable)")
+    add_home_argument(parser)
+    return parser
+
+
+def run(args) -> int:
+    from statecat.catalog.servers.thrift_server import check_exposure, parse_hiveconf, serve
+
+    check_exposure(args.bind, args.auth)  # before anything slow
+    hiveconf = parse_hiveconf(args.hiveconf)
+    # statecat's own loggers only: Py4J and Spark's Python side stay at their levels.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s statecat serve: %(message)s"))
+    statecat_log = logging.getLogger("statecat")
+    statecat_log.addHandler(handler)
+    statecat_log.setLevel(logging.INFO)
+    return serve(home=args.home, roots=args.roots, bind=args.bind, port=args.port, poll_seconds=args.poll,
+                 auth=args.auth, hiveconf=hiveconf)

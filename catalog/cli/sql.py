@@ -1,0 +1,84 @@
+"""``statecat sql "QUERY" [--format table|csv|json]``: Spark SQL over attached savepoints, on a local Spark.
+
+The session has the Hive catalog, the ``flinkstate`` source and filter pushdown set up; savepoint
+databases the query names that were registered lazily are created first (see ``statecat attach``).
+With ``statecat serve`` running on the home, the query goes to that server instead (``sql_client``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+from statecat.catalog.cli.attach import (
+    add_attach_descriptors_argument,
+    add_home_argument,
+    attach_with_descriptors,
+    cli_session,
+)
+from statecat.catalog.render import json_value
+from statecat.statemeta.errors import LookupFailedError
+
+
+def add_parser(subparsers):
+    parser = subparsers.add_parser("sql", help="run Spark SQL over the attached savepoints")
+    parser.add_argument("query", help="Spark SQL; several statements separated by ';' print the last result")
+    parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                        help="table (default), csv, or json (one object per line)")
+    parser.add_argument("--attach", action="append", metavar="ROOT", default=[],
+                        help="attach the savepoints under ROOT first (repeatable; quick when already attached)")
+    parser.add_argument("--limit", type=int, default=None, help="print at most N rows")
+    add_attach_descriptors_argument(parser)
+    add_home_argument(parser)
+    return parser
+
+
+def run(args) -> int:
+    from statecat.catalog.spark.databases import attach
+    from statecat.catalog.spark.queries import sql
+    from statecat.catalog.servers.sql_client import query_server, server_for
+
+    if args.descriptors and not args.attach:
+        raise LookupFailedError("--descriptors applies to the savepoints --attach ROOT names",
+                                hint="statecat sql --attach ROOT --descriptors FILE \"QUERY\" (or `statecat attach "
+                                     "ROOT --descriptors FILE` once)")
+    # A running `statecat serve` on the home answers without starting Spark here (see sql_client).
+    server = None if args.attach else server_for(args.home)
+    answer = query_server(server, args.query, args.limit) if server is not None else None
+    if answer is not None:
+        write(sys.stdout, args.format, *answer)
+        return 0
+    spark = cli_session(args.home)
+    if args.attach and args.descriptors:
+        attach_with_descriptors(spark, args.attach, args.descriptors)
+    elif args.attach:
+        attach(spark, args.attach)
+    # Errors Spark raises (a query it rejects, a damaged savepoint) print as one line: see cli.py.
+    frame = sql(spark, args.query)
+    columns = frame.columns
+    rows = frame.limit(args.limit).collect() if args.limit is not None else frame.collect()
+    values = [[json_value(row[i]) for i in range(len(columns))] for row in rows]
+    write(sys.stdout, args.format, columns, values)
+    return 0
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def write(out, fmt: str, columns: list[str], rows: list[list]) -> None:
+    if fmt == "json":
+        for row in rows:
+            out.write(json.dumps(dict(zip(columns, row)), ensure_ascii=False) + "\n")
+    elif fmt == "csv":
+        writer = csv.writer(out)
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow([_cell(v) for v in row])
+    else:
+        from statecat.catalog.cli.read import _table
+
+        _table(out, columns, [[_cell(v) for v in row] for row in rows])

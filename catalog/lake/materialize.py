@@ -1,0 +1,627 @@
+"""Materializes savepoints and checkpoints into a lake of Delta tables (see lake_tables.py), exactly once.
+
+Each snapshot gets an id derived from its ``_metadata`` (the first 16 hex digits of its SHA-256),
+so the same savepoint is recognised wherever it lies and however often it is given.
+
+Exactly once across re-runs and crashes: every state table's rows for one snapshot are written
+in one Delta commit that replaces that snapshot's partition (``predicate snapshot_id = …``), so a
+re-run rewrites, never duplicates. The ``snapshots`` row is written last: it is the commit marker.
+A snapshot with a row is skipped; one without a row (a crash mid-way) is written again in full;
+partitions of snapshots that have no row and will not be written again (the savepoint is gone)
+are deleted at the end of each run. Dashboards join ``snapshots`` to see only whole snapshots.
+One writer per lake at a time (Delta would reject the second's conflicting commit).
+
+Snapshots statecat cannot read in full (native RocksDB savepoints, incremental RocksDB checkpoints)
+are reported and recorded: their readable states are written and the row says ``partial`` with
+the reasons; with nothing readable, ``unsupported``. ``unsupported`` rows are tried again by a
+newer statecat version. A ``_metadata`` that does not parse, or state that fails to decode, is
+reported and written nothing (no row), so a later run tries it again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import posixpath
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from statecat.catalog.lake.tables import (
+    PARTITION_COLUMN,
+    SNAPSHOT_COLUMNS,
+    SNAPSHOTS,
+    SNAPSHOTS_SCHEMA,
+    STATE_META,
+    STATE_META_SCHEMA,
+    STATE_STATS,
+    STATE_STATS_SCHEMA,
+    Lake,
+    delta_schema,
+    to_delta,
+)
+from statecat.readers.arrow_types import state_schema
+from statecat.readers.scan import scanner_for
+from statecat.statemeta.errors import StatecatError
+from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta, operator_id_for_uid
+from statecat.statemeta.naming import stable_state_names
+from statecat.statemeta.storage import Storage, open_storage
+from statecat.statemeta.stateinfo import metadata_fingerprint
+from statecat.statemeta.taken_at import savepoint_time
+
+log = logging.getLogger("statecat.materialize")
+
+SNAPSHOT_ID_LENGTH = 16
+_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+DEFAULT_VACUUM_HOURS = 168  # Delta's default: readers of older versions keep working for a week
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Which states to write: operators by id, uid or name; states by Flink name or table name."""
+
+    operators: tuple[str, ...] = ()
+    states: tuple[str, ...] = ()
+
+    def wants(self, op: OperatorMeta, state: StateInfo, table: str) -> bool:
+        if self.operators and not any(ref in (op.id, op.uid, op.name) or operator_id_for_uid(ref) == op.id
+                                      for ref in self.operators):
+            return False
+        return not self.states or state.name in self.states or table in self.states
+
+
+@dataclass
+class SnapshotResult:
+    path: str
+    snapshot_id: str | None
+    outcome: str  # written | skipped | unsupported | partial | failed | retired
+    detail: str = ""
+    rows: int = 0
+    states: int = 0
+
+
+@dataclass
+class MaterializeResult:
+    snapshots: list[SnapshotResult] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)  # snapshot ids removed by retention
+    orphans_deleted: int = 0
+
+    @property
+    def failed(self) -> list[SnapshotResult]:
+        return [s for s in self.snapshots if s.outcome == "failed"]
+
+
+@dataclass(frozen=True)
+class Retention:
+    keep: int | None = None  # the newest N snapshots
+    keep_days: float | None = None  # snapshots taken within D days
+    vacuum_hours: float = DEFAULT_VACUUM_HOURS
+
+    @property
+    def active(self) -> bool:
+        return self.keep is not None or self.keep_days is not None
+
+    def removed(self, rows: list[dict], now: dt.datetime) -> set[str]:
+        """Ids of the snapshots (rows with snapshot_id, taken_at, checkpoint_id) this rule removes."""
+        ordered = sorted(rows, key=lambda r: (r["taken_at"] or _EPOCH, r["checkpoint_id"] or 0, r["snapshot_id"]),
+                         reverse=True)
+        gone = set()
+        if self.keep is not None:
+            gone |= {r["snapshot_id"] for r in ordered[self.keep:]}
+        if self.keep_days is not None:
+            cutoff = now - dt.timedelta(days=self.keep_days)
+            gone |= {r["snapshot_id"] for r in ordered if r["taken_at"] is not None and r["taken_at"] < cutoff}
+        return gone
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+# ----------------------------------------------------------------------------- discovery
+
+@dataclass(frozen=True)
+class Candidate:
+    """A savepoint or checkpoint found under the given paths, with its lake identity."""
+
+    storage: Storage
+    snapshot_id: str
+    metadata_sha256: str
+    taken_at: dt.datetime | None
+    taken_at_source: str
+    job_id: str | None
+
+
+def find_snapshots(paths: list[str]) -> Iterator[str]:
+    """URIs of the savepoints at or under each path (a savepoint, or a root to search)."""
+    from statecat.catalog.cli.watch import Watcher
+
+    for path in paths:
+        try:
+            yield open_storage(path).uri
+            continue
+        except StatecatError:
+            pass  # not one savepoint: search it as a root
+        found = False
+        for root, _fs, base, directory, _info in Watcher([path]).candidates():
+            relative = posixpath.relpath(directory, base)
+            found = True
+            yield root if relative == "." else root.rstrip("/") + "/" + relative
+        if not found:
+            open_storage(path)  # raises the clear "not a savepoint" error for this path
+
+
+def identify(uri: str) -> Candidate:
+    storage = open_storage(uri)
+    fingerprint = metadata_fingerprint(storage)
+    # Flink records no time in _metadata: the best source at hand, named (statemeta.taken_at).
+    taken_at, taken_at_source = savepoint_time(storage)
+    parent = posixpath.basename(posixpath.dirname(storage.directory.rstrip("/")))
+    job_id = parent if _JOB_ID.match(parent) else None  # <checkpoint dir>/<job id>/chk-N
+    return Candidate(storage, fingerprint.sha256[:SNAPSHOT_ID_LENGTH], fingerprint.sha256, taken_at,
+                     taken_at_source, job_id)
+
+
+# ----------------------------------------------------------------------------- the run
+
+class Materializer:
+    def __init__(self, lake: str | Lake, *, selection: Selection = Selection(), retention: Retention = Retention(),
+                 descriptors=None, on_result: Callable[[SnapshotResult], None] | None = None):
+        self.lake = lake if isinstance(lake, Lake) else Lake(lake)
+        self.selection = selection
+        self.retention = retention
+        self.descriptors = descriptors
+        self.on_result = on_result
+        self._commits = 0
+        self._known: dict[str, dict] | None = None  # snapshots rows, cached by materialize_path
+
+    def run(self, paths: list[str]) -> MaterializeResult:
+        """Materializes every snapshot at or under ``paths`` not yet in the lake, then applies retention."""
+        result = MaterializeResult()
+        existing = self.snapshot_rows()
+        candidates = []
+        for uri in find_snapshots(paths):
+            try:
+                candidates.append(identify(uri))
+            except (StatecatError, OSError) as exc:
+                self._report(result, SnapshotResult(uri, None, "failed", str(exc)))
+        seen = set()
+        todo = []
+        for cand in candidates:
+            if cand.snapshot_id in seen:
+                self._report(result, SnapshotResult(cand.storage.uri, cand.snapshot_id, "skipped", "a copy of "
+                                                    "another snapshot given in this run"))
+                continue
+            seen.add(cand.snapshot_id)
+            row = existing.get(cand.snapshot_id)
+            if row is not None and not self._retry(row):
+                self._report(result, SnapshotResult(cand.storage.uri, cand.snapshot_id, "skipped",
+                                                    f"already in the lake ({row['status']})"))
+                continue
+            todo.append(cand)
+        retired = self._retired_on_arrival(existing, todo)
+        for cand in todo:
+            if cand.snapshot_id in retired:
+                self._report(result, SnapshotResult(cand.storage.uri, cand.snapshot_id, "retired",
+                                                    "older than what --keep/--keep-days retains"))
+                continue
+            self._report(result, self.materialize_one(cand))
+        from deltalake.exceptions import DeltaError
+
+        try:
+            if self.retention.active:
+                result.removed = self.apply_retention()
+            result.orphans_deleted = self.delete_orphans()
+        except (DeltaError, OSError) as exc:
+            raise StatecatError(f"cannot clean up the lake {self.lake.uri}: {_first_line(exc)}",
+                                hint="Its snapshots are written; the next run retries the clean-up") from exc
+        return result
+
+    def materialize_path(self, uri: str) -> SnapshotResult:
+        """One savepoint (for ``watch --materialize``): written unless the lake already has it."""
+        try:
+            cand = identify(uri)
+        except (StatecatError, OSError) as exc:
+            return SnapshotResult(uri, None, "failed", str(exc))
+        if self._known is None:  # read once: a watcher calls this for every savepoint it finds
+            self._known = self.snapshot_rows()
+        row = self._known.get(cand.snapshot_id)
+        if row is not None and not self._retry(row):
+            return SnapshotResult(uri, cand.snapshot_id, "skipped", f"already in the lake ({row['status']})")
+        result = self.materialize_one(cand)
+        if result.outcome != "failed":
+            from statecat import __version__
+
+            status = "complete" if result.outcome == "written" else result.outcome
+            self._known[cand.snapshot_id] = {"status": status, "statecat_version": __version__}
+        return result
+
+    def _report(self, result: MaterializeResult, item: SnapshotResult) -> None:
+        result.snapshots.append(item)
+        if self.on_result is not None:
+            self.on_result(item)
+
+    @staticmethod
+    def _retry(row: dict) -> bool:
+        from statecat import __version__
+
+        return row["status"] == "unsupported" and row["statecat_version"] != __version__
+
+    def _retired_on_arrival(self, existing: dict[str, dict], todo: list[Candidate]) -> set[str]:
+        # Writing a snapshot that retention would remove at once is wasted work.
+        if not self.retention.active or not todo:
+            return set()
+        rows = [r for r in existing.values() if r["snapshot_id"] not in {c.snapshot_id for c in todo}]
+        rows += [{"snapshot_id": c.snapshot_id, "taken_at": c.taken_at, "checkpoint_id": None} for c in todo]
+        return self.retention.removed(rows, _now())
+
+    # -- one snapshot
+
+    def materialize_one(self, cand: Candidate) -> SnapshotResult:
+        uri = cand.storage.uri
+        try:
+            meta = load_state_meta(cand.storage, descriptors=self.descriptors)
+        except (StatecatError, OSError) as exc:
+            return SnapshotResult(uri, cand.snapshot_id, "failed", str(exc))
+        unsupported = [f"{op.label}: {reason}" for op in meta.operators for reason in op.unsupported]
+        names = stable_state_names(meta)
+        snapshot_values = (cand.snapshot_id, meta.checkpoint_id, cand.taken_at)
+        written: dict[tuple[str, str], int] = {}
+        stats: list[dict] = []
+        try:
+            for op, state in meta.states():
+                table = names[(op.id, state.name)]
+                if not self.selection.wants(op, state, table):
+                    continue
+                written[(op.id, state.name)] = self._write_state(meta, op, state, table, snapshot_values, stats)
+            self._write_partition(STATE_STATS, STATE_STATS_SCHEMA, snapshot_values[0], stats)
+            self._write_partition(STATE_META, STATE_META_SCHEMA, snapshot_values[0],
+                                  _state_meta_rows(meta, names, written, snapshot_values))
+        except (StatecatError, OSError) as exc:
+            # Partitions already written stay invisible (no snapshots row) and are rewritten or deleted later.
+            return SnapshotResult(uri, cand.snapshot_id, "failed", str(exc))
+        if unsupported:
+            status = "partial" if written else "unsupported"
+        else:
+            status = "complete"
+        rows = sum(written.values())
+        try:
+            self._write_snapshot_row(cand, meta, status, unsupported, len(written), rows)
+        except StatecatError as exc:
+            return SnapshotResult(uri, cand.snapshot_id, "failed", str(exc))
+        outcome = "written" if status == "complete" else status
+        detail = "; ".join(unsupported)
+        return SnapshotResult(uri, cand.snapshot_id, outcome, detail, rows, len(written))
+
+    def _write_state(self, meta: StateMeta, op: OperatorMeta, state: StateInfo, table: str,
+                     snapshot_values: tuple, stats: list[dict]) -> int:
+        from deltalake import write_deltalake
+
+        from deltalake.exceptions import DeltaError
+
+        source = state_schema(state)
+        schema = delta_schema(pa.schema(SNAPSHOT_COLUMNS + list(source)))
+        counter = [0]
+        failure: list[BaseException] = []
+        batches = _remember_failure(self._state_batches(meta, op, state, table, schema, snapshot_values, stats,
+                                                        counter), failure)
+        reader = pa.RecordBatchReader.from_batches(schema, batches)
+        uri = self.lake.state_table_uri(table)
+        try:
+            self._prepare_table(uri, schema, op, state)
+            write_deltalake(uri, reader, mode="overwrite", predicate=_partition_predicate(snapshot_values[0]),
+                            partition_by=[PARTITION_COLUMN], schema_mode="merge",
+                            storage_options=self.lake.storage_options,
+                            commit_properties=_commit_properties(snapshot_values[0]))
+        except DeltaError as exc:
+            if failure:  # reading the state failed inside the writer: report that error itself
+                raise failure[0] from None
+            raise StatecatError(f"cannot write lake table {uri}: {_first_line(exc)}", operator=op.label,
+                                state=state.name,
+                                hint="A table holds one logical state of one job; if its type changed in a way "
+                                     "Delta cannot merge (see README, Dashboards), or the lake holds another "
+                                     "job's state of that name, use one lake per job (--to LAKE/<job>)") from exc
+        self._committed()
+        return counter[0]
+
+    def _prepare_table(self, uri: str, schema: pa.Schema, op: OperatorMeta, state: StateInfo) -> None:
+        """Creates the state's table, or checks that ``schema`` may go into the existing one."""
+        from deltalake import DeltaTable, TableFeatures
+
+        # Neither a first write that replaces a partition nor create() adds the TIMESTAMP_NTZ table
+        # feature its columns need (the table is then unreadable): create the table with the snapshot
+        # columns only, add the feature, and let the write merge in the state's columns.
+        if not DeltaTable.is_deltatable(uri, storage_options=self.lake.storage_options):
+            DeltaTable.create(uri, pa.schema(SNAPSHOT_COLUMNS), partition_by=[PARTITION_COLUMN], mode="ignore",
+                              storage_options=self.lake.storage_options)
+        table = DeltaTable(uri, storage_options=self.lake.storage_options)
+        problem = _schema_change_problem(pa.schema(table.schema().to_arrow()), schema)
+        if problem:
+            raise StatecatError(
+                f"lake table {uri} cannot hold this state's type: {problem}", operator=op.label, state=state.name,
+                hint="A table holds one logical state of one job: give another job its own lake (--to LAKE/<job>); "
+                     "after an incompatible change of a state's type, start a new lake")
+        if _has_naive_timestamp(schema) and "timestampNtz" not in set(table.protocol().writer_features or ()):
+            table.alter.add_feature(TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True)
+
+    def _state_batches(self, meta, op, state, table, schema, snapshot_values, stats, counter):
+        """The state's rows with the snapshot columns in front; fills ``stats`` per key-group/subtask."""
+        scanner = scanner_for(meta, op, state)
+        snapshot_id, checkpoint_id, taken_at = snapshot_values
+
+        def stat(subtask, key_group, entries, size):
+            stats.append({"snapshot_id": snapshot_id, "checkpoint_id": checkpoint_id, "taken_at": taken_at,
+                          "operator_id": op.id, "operator": op.label, "state_name": state.name,
+                          "table_name": table, "subtask": subtask, "key_group": key_group, "entries": entries,
+                          "bytes": size})
+
+        def prefixed(batch):
+            n = batch.num_rows
+            front = [pa.repeat(pa.scalar(snapshot_id, pa.string()), n),
+                     pa.repeat(pa.scalar(checkpoint_id, pa.int64()), n),
+                     pa.repeat(pa.scalar(taken_at, SNAPSHOT_COLUMNS[2].type), n)]
+            return to_delta(pa.RecordBatch.from_arrays(front + batch.columns,
+                                                       names=schema.names), schema)
+
+        for loc in state.locations:
+            if state.is_keyed:
+                # One key-group at a time: its entry count is known without hashing any key.
+                if loc.native is not None:
+                    from statecat.readers.native_rocksdb import column_family_bytes
+
+                    counts = []
+                    for group in range(loc.start_key_group, loc.start_key_group + loc.num_key_groups):
+                        entries = 0
+                        for batch in scanner.batches([loc], key_groups={group}):
+                            entries += batch.num_rows
+                            yield prefixed(batch)
+                        counter[0] += entries
+                        counts.append((group, entries))
+                    # SST files keep no per-key-group sizes. As for canonical key-groups, a
+                    # key-group's bytes are its whole (all states), repeated on each state: the
+                    # instance's SST bytes spread evenly over its key-groups.
+                    total = sum(column_family_bytes(meta.storage, loc.native).values())
+                    for (group, entries), size in zip(counts, _shares(total, [1] * len(counts))):
+                        stat(loc.subtask, group, entries, size)
+                    continue
+                for index, offset in enumerate(loc.offsets):
+                    group = loc.start_key_group + index
+                    end = loc.offsets[index + 1] if index + 1 < len(loc.offsets) else loc.stream.size
+                    entries = 0
+                    for batch in scanner.batches([loc], key_groups={group}):
+                        entries += batch.num_rows
+                        yield prefixed(batch)
+                    counter[0] += entries
+                    stat(loc.subtask, group, entries, end - offset)
+            else:
+                entries = 0
+                for batch in scanner.batches([loc]):
+                    entries += batch.num_rows
+                    yield prefixed(batch)
+                counter[0] += entries
+                stat(loc.subtask, None, entries, loc.end - min(loc.offsets, default=loc.end))
+
+    def _write_partition(self, name: str, schema: pa.Schema, snapshot_id: str, rows: list[dict]) -> None:
+        from deltalake import write_deltalake
+
+        from deltalake.exceptions import DeltaError
+
+        table = pa.Table.from_pylist(rows, schema=schema)
+        try:
+            write_deltalake(self.lake.table_uri(name), table, mode="overwrite",
+                            predicate=_partition_predicate(snapshot_id), partition_by=[PARTITION_COLUMN],
+                            schema_mode="merge", storage_options=self.lake.storage_options,
+                            commit_properties=_commit_properties(snapshot_id))
+        except DeltaError as exc:
+            raise StatecatError(f"cannot write lake table {self.lake.table_uri(name)}: {_first_line(exc)}") from exc
+        self._committed()
+
+    def _write_snapshot_row(self, cand: Candidate, meta: StateMeta, status: str, unsupported: list[str],
+                            states: int, rows: int) -> None:
+        from deltalake import write_deltalake
+
+        from statecat import __version__
+
+        # Absolute, so the lake says where the savepoint is whatever directory the command ran in.
+        path = cand.storage.uri if "://" in cand.storage.uri else cand.storage.directory
+        row = {"snapshot_id": cand.snapshot_id, "path": path, "checkpoint_id": meta.checkpoint_id,
+               "is_savepoint": meta.metadata.is_savepoint, "taken_at": cand.taken_at,
+               "taken_at_source": cand.taken_at_source, "job_id": cand.job_id,
+               "metadata_sha256": cand.metadata_sha256, "metadata_version": meta.metadata.version,
+               "status": status, "unsupported": unsupported, "states": states, "rows": rows,
+               "statecat_version": __version__, "materialized_at": _now()}
+        from deltalake.exceptions import DeltaError
+
+        # Replaces an earlier 'unsupported' row of the same snapshot in the same commit.
+        try:
+            write_deltalake(self.lake.table_uri(SNAPSHOTS), pa.Table.from_pylist([row], schema=SNAPSHOTS_SCHEMA),
+                            mode="overwrite", predicate=_partition_predicate(cand.snapshot_id), schema_mode="merge",
+                            storage_options=self.lake.storage_options,
+                            commit_properties=_commit_properties(cand.snapshot_id))
+        except DeltaError as exc:
+            raise StatecatError(f"cannot write lake table {self.lake.table_uri(SNAPSHOTS)}: {_first_line(exc)}") from exc
+
+    def _committed(self) -> None:
+        self._commits += 1
+
+    # -- lake-wide
+
+    def snapshot_rows(self) -> dict[str, dict]:
+        table = self.lake.read(SNAPSHOTS)
+        if table is None:
+            return {}
+        return {row["snapshot_id"]: row for row in table.to_pylist()}
+
+    def apply_retention(self) -> list[str]:
+        """Removes the snapshots the retention rule drops (marker first), then vacuums."""
+        rows = list(self.snapshot_rows().values())
+        gone = sorted(self.retention.removed(rows, _now()))
+        if gone:
+            predicate = _in_predicate(gone)
+            self.lake.open(SNAPSHOTS).delete(predicate)  # from here on they are not part of the lake
+            for name in self._data_tables():
+                table = self.lake.open(name)
+                if table is not None:
+                    table.delete(predicate)
+        self.vacuum()
+        return gone
+
+    def vacuum(self) -> None:
+        for name in [SNAPSHOTS, *self._data_tables()]:
+            table = self.lake.open(name)
+            if table is not None:
+                table.vacuum(retention_hours=int(self.retention.vacuum_hours), dry_run=False,
+                             enforce_retention_duration=False)
+
+    def delete_orphans(self) -> int:
+        """Deletes partitions of snapshots with no ``snapshots`` row (left by a crash, never resumed)."""
+        known = set(self.snapshot_rows())
+        deleted = 0
+        for name in self._data_tables():
+            table = self.lake.open(name)
+            if table is None:
+                continue
+            orphans = sorted({p[PARTITION_COLUMN] for p in table.partitions()} - known)
+            if orphans:
+                table.delete(_in_predicate(orphans))
+                deleted += len(orphans)
+        return deleted
+
+    def _data_tables(self) -> list[str]:
+        return [STATE_STATS, STATE_META] + [f"states/{t}" for t in self.lake.state_tables()]
+
+
+def _state_meta_rows(meta: StateMeta, names: dict, written: dict, snapshot_values: tuple) -> list[dict]:
+    snapshot_id, checkpoint_id, taken_at = snapshot_values
+    rows = []
+    for op, state in meta.states():
+        done = (op.id, state.name) in written
+        rows.append({
+            "snapshot_id": snapshot_id, "checkpoint_id": checkpoint_id, "taken_at": taken_at,
+            "operator_id": op.id, "operator_uid": op.uid, "operator_name": op.name,
+            "parallelism": op.parallelism, "max_parallelism": op.max_parallelism,
+            "state_name": state.name, "kind": state.kind, "state_type": state.state_type,
+            "key_type": state.key.describe() if state.key is not None else None,
+            "namespace_type": state.namespace.describe() if state.namespace is not None else None,
+            "value_type": state.value.describe(), "decode_status": state.decode_status,
+            "raw_reasons": state.raw_reasons, "table_name": names[(op.id, state.name)] if done else None,
+            "materialized": done, "rows": written.get((op.id, state.name)),
+        })
+    return rows
+
+
+def _schema_change_problem(table: pa.Schema, incoming: pa.Schema) -> str | None:
+    """The schema rule: new columns and new struct fields merge in; any other type change is refused.
+
+    Delta's merge would otherwise cast new rows to the table's old type where it can (long keys
+    stored as strings): silently wrong for a dashboard.
+    """
+    for name in incoming.names:
+        if name in table.names:
+            problem = _incompatible(table.field(name).type, incoming.field(name).type, name)
+            if problem:
+                return problem
+    return None
+
+
+def _incompatible(old: pa.DataType, new: pa.DataType, path: str) -> str | None:
+    if old.equals(new):
+        return None
+    if pa.types.is_struct(old) and pa.types.is_struct(new):
+        for child in new:
+            index = old.get_field_index(child.name)
+            if index >= 0:
+                problem = _incompatible(old.field(index).type, child.type, f"{path}.{child.name}")
+                if problem:
+                    return problem
+        return None
+    if pa.types.is_list(old) and pa.types.is_list(new):
+        return _incompatible(old.value_type, new.value_type, f"{path}[]")
+    if pa.types.is_map(old) and pa.types.is_map(new):
+        return (_incompatible(old.key_type, new.key_type, f"{path}.key")
+                or _incompatible(old.item_type, new.item_type, f"{path}.value"))
+    if pa.types.is_timestamp(old) and pa.types.is_timestamp(new) and (old.tz is None) == (new.tz is None):
+        return None  # Delta keeps one unit (microseconds) and zone (UTC)
+    return f"column {path} was {old}, is now {new}"
+
+
+def _has_naive_timestamp(schema) -> bool:
+    def naive(t: pa.DataType) -> bool:
+        if pa.types.is_timestamp(t):
+            return t.tz is None
+        if pa.types.is_struct(t):
+            return any(naive(f.type) for f in t)
+        if pa.types.is_map(t):
+            return naive(t.key_type) or naive(t.item_type)
+        if pa.types.is_list(t):
+            return naive(t.value_type)
+        return False
+    return any(naive(f.type) for f in schema)
+
+
+def _remember_failure(batches, failure: list):
+    # deltalake turns an exception of the batch source into a DeltaError holding only its text.
+    try:
+        yield from batches
+    except BaseException as exc:
+        failure.append(exc)
+        raise
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _partition_predicate(snapshot_id: str) -> str:
+    _check_id(snapshot_id)
+    return f"{PARTITION_COLUMN} = '{snapshot_id}'"
+
+
+def _in_predicate(snapshot_ids: list[str]) -> str:
+    for sid in snapshot_ids:
+        _check_id(sid)
+    return f"{PARTITION_COLUMN} IN ({', '.join(repr(s) for s in snapshot_ids)})"
+
+
+def _check_id(snapshot_id: str) -> None:
+    # Ids go into predicates: only ever hex digits (anything else was not written by statecat).
+    if not re.fullmatch(r"[0-9a-f]+", snapshot_id):
+        raise ValueError(f"not a snapshot id: {snapshot_id!r}")
+
+
+def _commit_properties(snapshot_id: str):
+    from deltalake import CommitProperties
+
+    return CommitProperties(custom_metadata={"statecat.snapshot_id": snapshot_id})
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+
+
+
+def lake_writer(lake: str) -> Callable[[str], None]:
+    """For ``watch --materialize``: writes each ready savepoint into the lake (skips those it has)."""
+    materializer = Materializer(lake)
+
+    def write(uri: str) -> None:
+        result = materializer.materialize_path(uri)
+        # A daemon logs a failure and goes on; the next `statecat materialize` run tries the savepoint again.
+        level = logging.ERROR if result.outcome == "failed" else logging.INFO
+        log.log(level, "materialize %s: %s%s", uri, result.outcome, f" ({result.detail})" if result.detail else "")
+    return write
+
+
+def _shares(total: int, weights: list[int]) -> list[int]:
+    """``total`` split in proportion to ``weights`` (largest remainders), adding up exactly."""
+    weight = sum(weights)
+    if weight == 0:
+        return [0] * len(weights)
+    exact = [total * w / weight for w in weights]
+    out = [int(x) for x in exact]
+    for i in sorted(range(len(weights)), key=lambda i: exact[i] - out[i], reverse=True)[:total - sum(out)]:
+        out[i] += 1
+    return out

@@ -1,0 +1,223 @@
+"""statecat's Spark sessions: local Spark with the Hive catalog, the ``flinkstate`` source and pushdown.
+
+Everything a session writes outside Spark's own temp directories (which Spark removes at exit)
+stays in one private scratch directory, removed when the interpreter exits: Hive's session
+resources, local scratch and query logs, and the log configuration of quiet sessions.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import shutil
+import sys
+import tempfile
+
+HOME_ENV = "STATECAT_HOME"
+DEFAULT_HOME = "~/.statecat"
+METASTORE_ENV = "STATECAT_METASTORE"
+SHARED, EMBEDDED = "shared", "embedded"
+METASTORE_MODES = (SHARED, EMBEDDED)
+_STARTED: dict = {}  # the SparkContext this module started, and its home
+
+# Hive's local paths, relative to a scratch directory; by default they are in the system temp
+# directory (java.io.tmpdir), where Hive creates ``<session id>_resources`` for every session and never
+# removes it. Resources stay one directory per session, as in Hive's default: Hive deletes a session's
+# resources directory when the session closes, so a shared one vanished under the sessions still open
+# and made those opening at the same moment fail "Couldn't create directory .../resources".
+HIVE_SCRATCH_SETTINGS = {
+    "hive.downloaded.resources.dir": "resources/${hive.session.id}",
+    "hive.exec.local.scratchdir": "local",
+    "hive.querylog.location": "querylog",
+    "hive.exec.scratchdir": "exec",
+}
+# Hive creates hive.exec.scratchdir itself (mode 733) and refuses one that exists with other permissions.
+HIVE_SELF_CREATED = "hive.exec.scratchdir"
+
+# Settings of every statecat session, and of conf/ for spark-sql (metastore.write_client_conf);
+# a session's own conf overrides them.
+SESSION_SETTINGS = {
+    # Filter pushdown in Spark's Python data sources: statecat reads only the key-groups of `key = ...`.
+    "spark.sql.python.filterPushdown.enabled": "true",
+}
+
+# Loggers whose output only repeats an error that reaches the caller as an exception anyway: PySpark's
+# structured (JSON) query-context logs, and the JVM's per-task failure logs.
+PYTHON_ERROR_ECHO_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+QUIET_LOG4J2 = """\
+status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+rootLogger.level = error
+rootLogger.appenderRef.console.ref = console
+# PySpark counts as one of Spark's shells, whose level (else WARN, announced on stderr) comes from
+# the logger of its main class.
+logger.shell.name = org.apache.spark.api.python.PythonGatewayServer
+logger.shell.level = error
+logger.executor.name = org.apache.spark.executor.Executor
+logger.executor.level = off
+logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
+logger.tasks.level = off
+"""
+
+
+def session(home: str | None = None, *, master: str = "local[2]", app_name: str = "statecat",
+            conf: dict | None = None, quiet: bool = False):
+    """A Spark session with the Hive catalog, statecat's data source and filter pushdown on.
+
+    ``home`` (default ``$STATECAT_HOME``, else ``~/.statecat``) holds the catalog: the metastore
+    database (``metastore_db``), the warehouse and ``conf/``. Every process on a home joins one
+    shared metastore server that the first of them starts (see ``metastore``), so any number of
+    sessions, ``spark-sql`` shells and ``statecat serve`` work on it at once.
+    ``STATECAT_METASTORE=embedded`` opens the Derby database in this process instead (one process
+    at a time). A ``hive-site.xml`` on Spark's conf path (a real Hive metastore) is used as is when
+    neither ``home`` nor ``$STATECAT_HOME`` is given.
+
+    ``quiet`` (the CLI's sessions) logs errors only, and not those that reach the caller as an
+    exception anyway. It takes effect when this call starts Spark; later calls reuse that session,
+    except that a call naming another ``home`` stops the session this function started and starts
+    one on that home's catalog (without ``home``, the running session is reused).
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    # Spark's Python workers must import statecat: use this interpreter unless told otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = (SparkSession.builder.master(master).appName(app_name).enableHiveSupport()
+               .config("spark.ui.enabled", "false"))
+    for key, value in SESSION_SETTINGS.items():
+        builder = builder.config(key, value)
+    java_options = []
+    shared_metastore = None
+    explicit = bool(home)
+    home = resolve_home(home)
+    running = SparkContext._active_spark_context
+    if explicit and running is not None and running is _STARTED.get("context") and home != _STARTED.get("home"):
+        # A session of this process on another home's catalog: answering from it would be silently wrong.
+        SparkSession.builder.getOrCreate().stop()
+    starting = SparkContext._active_spark_context is None  # getOrCreate will start Spark: settings apply
+    if home is not None and starting:
+        os.makedirs(home, exist_ok=True)
+        if metastore_mode() == EMBEDDED:
+            from statecat.catalog.servers.metastore import DERBY_DIR, WAREHOUSE_DIR, _check_derby_free
+
+            _check_derby_free(home)
+            builder = (builder
+                       .config("spark.sql.warehouse.dir", os.path.join(home, WAREHOUSE_DIR))
+                       .config("spark.hadoop.javax.jdo.option.ConnectionURL",
+                               f"jdbc:derby:;databaseName={os.path.join(home, DERBY_DIR)};create=true"))
+            java_options.append(f"-Dderby.system.home={home}")
+        else:
+            from statecat.catalog.servers import metastore
+
+            # The metastore server boots while Spark does; the session waits for it before returning.
+            shared_metastore = metastore.start(home, wait=False)
+            for key, value in metastore.spark_conf(shared_metastore).items():
+                builder = builder.config(key, value)
+    if starting:
+        scratch = _scratch_dir(home)
+        for key, value in hive_scratch_conf(scratch).items():
+            builder = builder.config(key, value)
+        if quiet:
+            config = os.path.join(scratch, "log4j2.properties")
+            with open(config, "w") as f:
+                f.write(QUIET_LOG4J2)
+            java_options.append(f"-Dlog4j2.configurationFile=file:{config}")
+        # Progress bars are noise in the CLI's output and in notebook cells (IPython).
+        if quiet or getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)() is not None:
+            builder = builder.config("spark.ui.showConsoleProgress", "false")
+    conf = dict(conf or {})
+    if starting:
+        from statecat.catalog.spark.extension import columnar_conf
+
+        conf = columnar_conf(conf)  # state tables read as Arrow columns (catalog/spark/java-extension/)
+    user_java_options = conf.pop("spark.driver.extraJavaOptions", "")
+    if java_options or user_java_options:
+        builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options + [user_java_options]).strip())
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    if starting:
+        _STARTED.update(context=spark.sparkContext, home=home)
+    if shared_metastore is not None:
+        from statecat.catalog.servers.metastore import wait_ready
+
+        wait_ready(shared_metastore)
+    if quiet:
+        _silence_error_echoes()
+    _register_source(spark)
+    return spark
+
+
+def resolve_home(home: str | None) -> str | None:
+    """The statecat home a session uses; None for a real Hive metastore configured by ``hive-site.xml``."""
+    if home:
+        return os.path.abspath(home)
+    if os.environ.get(HOME_ENV):
+        return os.path.abspath(os.environ[HOME_ENV])
+    if _hive_site_configured():
+        return None
+    return os.path.abspath(os.path.expanduser(DEFAULT_HOME))
+
+
+def metastore_mode() -> str:
+    mode = os.environ.get(METASTORE_ENV, SHARED).strip().lower() or SHARED
+    if mode not in METASTORE_MODES:
+        from statecat.statemeta.errors import StatecatError
+
+        raise StatecatError(f"{METASTORE_ENV}={mode!r} is not one of {', '.join(METASTORE_MODES)}")
+    return mode
+
+
+def _hive_site_configured() -> bool:
+    import pyspark
+
+    for directory in (os.environ.get("SPARK_CONF_DIR"),
+                      os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None,
+                      os.path.join(os.path.dirname(pyspark.__file__), "conf")):
+        if directory and os.path.isfile(os.path.join(directory, "hive-site.xml")):
+            return True
+    return False
+
+
+def _register_source(spark) -> None:
+    # Spark finds installed ``pyspark_*`` modules by itself, but not through an editable install's
+    # import hook; registering on the session works either way (the same class, so no conflict).
+    from statecat.catalog.spark.source import FlinkStateDataSource
+
+    spark.dataSource.register(FlinkStateDataSource)
+
+
+def _silence_error_echoes() -> None:
+    from pyspark.logger import PySparkLogger
+
+    for name in PYTHON_ERROR_ECHO_LOGGERS:
+        # PySpark's own logger class: a plain Logger would reject the structured fields it logs.
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+def hive_scratch_conf(scratch: str) -> dict[str, str]:
+    """``spark.hadoop.*`` settings that keep Hive's local files under ``scratch``; creates its directories.
+
+    Created here rather than by Hive: each Hive session checks and creates them as it opens, and
+    sessions opening at once (a served endpoint's clients) raced to do so.
+    """
+    conf = {}
+    for key, relative in HIVE_SCRATCH_SETTINGS.items():
+        path = os.path.join(scratch, relative)
+        if key != HIVE_SELF_CREATED:
+            # Up to the first per-session part (Hive's ${...} variables): that part is the session's own.
+            os.makedirs(path.split("${", 1)[0], exist_ok=True)
+        conf[f"spark.hadoop.{key}"] = path
+    return conf
+
+
+def _scratch_dir(home: str | None) -> str:
+    """A private directory for one JVM's Hive scratch files: in ``home``, else the temp dir; removed at exit."""
+    scratch = tempfile.mkdtemp(prefix="statecat-spark-", dir=home)
+    atexit.register(shutil.rmtree, scratch, True)
+    return scratch
