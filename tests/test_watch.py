@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from statecat.catalog.cli.watch import Watcher
+from statecat.statemeta.watcher import Watcher
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.stateinfo import STATE_INFO_FILE, read_state_info
 from tests.fixtures.expected import savepoint_dir
@@ -324,16 +324,16 @@ def test_poll_cost_is_bounded(tmp_path, monkeypatch):
         _place(GOOD[0], root / f"savepoint-{i}")
     watcher = Watcher([str(root)])
     _until(watcher, lambda ev: sum(e.kind == "snapshot" for e in ev) == 3)
-    from statecat.catalog.cli import watch as cmd_watch
+    from statecat.statemeta import watcher as watcher_module
 
     opened = []
     for name in ("snapshot", "_read_json", "is_fresh", "open_storage"):
-        real = getattr(cmd_watch, name)
+        real = getattr(watcher_module, name)
 
         def spy(*a, _real=real, _name=name, **kw):
             opened.append(_name)
             return _real(*a, **kw)
-        monkeypatch.setattr(cmd_watch, name, spy)
+        monkeypatch.setattr(watcher_module, name, spy)
     for _ in range(3):
         watcher.poll()
     assert opened == []  # nothing read: directory listings and _metadata stats only

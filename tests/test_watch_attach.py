@@ -6,7 +6,8 @@ import shutil
 
 import pytest
 
-from statecat.catalog.cli.watch import Watcher, catalog_registrar
+from statecat.catalog.cli.watch import catalog_registrar
+from statecat.statemeta.watcher import Watcher
 from statecat.catalog.spark.registry import registered
 from tests.fixtures.expected import savepoint_dir
 

@@ -135,7 +135,7 @@ class Candidate:
 
 def find_snapshots(paths: list[str]) -> Iterator[str]:
     """URIs of the savepoints at or under each path (a savepoint, or a root to search)."""
-    from statecat.catalog.cli.watch import Watcher
+    from statecat.statemeta.watcher import Watcher
 
     for path in paths:
         try:
