@@ -127,7 +127,7 @@ def test_statecat_sql_unknown_savepoint_is_a_one_line_error(home, tmp_path):
 
 
 def test_sql_output_formats():
-    from statecat.catalog.cli.sql import write
+    from statecat.catalog.cli.output import write_rows as write
     from statecat.catalog.render import json_value as plain
 
     columns = ["key", "value", "raw"]

@@ -187,7 +187,7 @@ COMMAND_SCRIPT = textwrap.dedent("""
     import sys
     from statecat.catalog import cli
     from statecat.catalog.cli import sql as cmd_sql
-    from statecat.catalog.cli.attach import cli_session
+    from statecat.catalog.cli.options import cli_session
 
     def run(args):
         WORK

@@ -2,19 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
-from statecat.statemeta.errors import StatecatError
-
-HOME_ENV = "STATECAT_HOME"
-
-
-def add_home_argument(parser) -> None:
-    parser.add_argument("--home", default=os.environ.get(HOME_ENV) or None,
-                        help="the catalog's directory: metastore database, warehouse, Spark conf for `spark-sql` "
-                             "(default: $STATECAT_HOME, else ~/.statecat); every process on a home shares it")
-
+from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("attach", help="register savepoints as Spark databases")
@@ -30,46 +20,8 @@ def add_parser(subparsers):
     return parser
 
 
-def add_attach_descriptors_argument(parser) -> None:
-    parser.add_argument("--descriptors", metavar="FILE",
-                        help="descriptor file declaring PyFlink state types (STATEINFO.md): the databases are "
-                             "created now with the declared tables, which keep the file's path and apply it "
-                             "whenever they are read (nothing is written next to the savepoints)")
-
-
-def attach_with_descriptors(spark, roots, descriptors: str):
-    """``attach`` with a descriptor file: each savepoint's database and tables come from its StateMeta
-    with the file applied, and every table's TableRef carries the file's absolute path, so the Spark
-    workers that read the table apply it too. Tables that already exist are kept as they are
-    (`statecat detach` first to re-create a database with other declarations)."""
-    from statecat.catalog.spark.databases import attach, materialise
-    from statecat.catalog.spark.registry import registry_records
-    from statecat.statemeta.descriptors import load_descriptors
-
-    path = os.path.abspath(descriptors)
-    load_descriptors(path)  # a bad file fails before anything is registered
-    result = attach(spark, roots, eager=False)
-    wanted = {r.database for r in result.registered} | set(result.known)
-    for record in registry_records(spark):
-        if record.database not in wanted:
-            continue
-        try:
-            materialise(spark, record.database, record.path, path)
-            result.materialised.append(record.database)
-        except StatecatError as exc:
-            result.failed.append((record.path, str(exc)))
-    return result
-
-
-def cli_session(home: str | None):
-    """A quiet local Spark session for the CLI (results on stdout, no log or progress noise)."""
-    from statecat.catalog.servers.sessions import session
-
-    return session(home, quiet=True)
-
-
 def run(args) -> int:
-    from statecat.catalog.spark.databases import attach
+    from statecat.catalog.spark.databases import attach, attach_with_descriptors
 
     spark = cli_session(args.home)
     if args.descriptors:

@@ -10,7 +10,8 @@ import csv
 import json
 import sys
 
-from statecat.catalog.cli.read import _cell, _table, add_descriptors_argument, descriptors_of
+from statecat.catalog.cli.options import add_descriptors_argument, descriptors_of
+from statecat.catalog.cli.output import cell, write_table
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader, diff_savepoints
 from statecat.readers.diff import COMPARED, NOT_COMPARED, ONLY_IN_A, ONLY_IN_B
@@ -57,7 +58,7 @@ def run(args) -> int:
         writer = csv.writer(out)
         writer.writerow(CHANGE_COLUMNS)
         for change in changes:
-            writer.writerow([_cell(v) for v in (change.operator, change.state, change.change, change.key,
+            writer.writerow([cell(v) for v in (change.operator, change.state, change.change, change.key,
                                                  change.namespace, change.old, change.new)] + [""])
         for entry in diff.summary():
             if entry.status != COMPARED:
@@ -71,7 +72,7 @@ def run(args) -> int:
             cells.append(_short(change.new if change.change == "added" else change.old))
         out.write("  ".join(cells) + "\n")
     summary = diff.summary()
-    _table(out, SUMMARY_COLUMNS, [[entry.operator, entry.state, entry.status, str(entry.added), str(entry.removed),
+    write_table(out, SUMMARY_COLUMNS, [[entry.operator, entry.state, entry.status, str(entry.added), str(entry.removed),
                                    str(entry.changed), str(entry.unchanged), entry.reason or ""]
                                   for entry in summary])
     for entry in summary:  # the table cuts long cells: the reasons in full
@@ -86,5 +87,5 @@ def run(args) -> int:
 
 
 def _short(value) -> str:
-    text = _cell(value) or "-"
+    text = cell(value) or "-"
     return text if len(text) <= TEXT_CELL_WIDTH else text[:TEXT_CELL_WIDTH - 1] + "…"

@@ -8,8 +8,8 @@ import json
 import os
 import sys
 
-from statecat.catalog.cli.key import add_key_arguments, row_json
-from statecat.catalog.cli.read import _cell, _table, add_descriptors_argument, descriptors_of
+from statecat.catalog.cli.options import add_key_arguments, descriptors_of
+from statecat.catalog.cli.output import cell, row_json, write_table
 from statecat.readers import key_history
 from statecat.statemeta.errors import SavepointNotFoundError
 
@@ -23,7 +23,6 @@ def add_parser(subparsers):
                                                "retained checkpoint under ROOT, oldest first.")
     parser.add_argument("root", help="a directory (or URI) holding savepoints and checkpoints, or one of them")
     add_key_arguments(parser)
-    add_descriptors_argument(parser)
     return parser
 
 
@@ -55,13 +54,13 @@ def run(args) -> int:
                 rows.append(head + ["", "", "", ABSENT if entry.view.coercible
                                      else f"(the key fits no state here: {'; '.join(reasons)})"])
         else:
-            rows += [head + [_cell(v) for v in (r.operator, r.state, r.namespace, r.value)] for r in entry.view.rows]
+            rows += [head + [cell(v) for v in (r.operator, r.state, r.namespace, r.value)] for r in entry.view.rows]
     if args.format == "csv":
         writer = csv.writer(out)
         writer.writerow(COLUMNS)
         writer.writerows(rows)
     else:
-        _table(out, COLUMNS, rows)
+        write_table(out, COLUMNS, rows)
         # Flink records no time in _metadata: say where each time comes from (e.g. a copy's mtime).
         out.write(f"times from: {'; '.join(sorted({e.time_source for e in entries}))}\n")
     return 0

@@ -11,24 +11,11 @@ import csv
 import json
 import sys
 
-from statecat.catalog.cli.read import _cell, _table, add_descriptors_argument, descriptors_of
-from statecat.catalog.render import json_value
+from statecat.catalog.cli.options import add_key_arguments, descriptors_of
+from statecat.catalog.cli.output import cell, row_json, write_table
 from statecat.readers import SavepointReader
 
 COLUMNS = ["operator", "state", "namespace", "value"]
-
-
-def add_key_arguments(parser) -> None:
-    """The arguments ``key`` and ``history`` share."""
-    parser.add_argument("key", metavar="K",
-                        help="the key as its key column shows it: text, a number, or a JSON list of the fields of a "
-                             "composite key, e.g. '[\"us\", 42]'")
-    parser.add_argument("--operator", action="append", metavar="ID|UID|NAME",
-                        help="only this operator's states (repeatable)")
-    parser.add_argument("--state", action="append", metavar="NAME", help="only states of this name (repeatable)")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    parser.add_argument("--unpickle", action="store_true",
-                        help="unpickle PyFlink pickled values (runs code from the savepoint: trusted savepoints only)")
 
 
 def add_parser(subparsers):
@@ -37,7 +24,6 @@ def add_parser(subparsers):
                                                "holds key K, reading one key-group per state.")
     parser.add_argument("path", help="savepoint or checkpoint directory (holding _metadata), or its URI")
     add_key_arguments(parser)
-    add_descriptors_argument(parser)
     return parser
 
 
@@ -51,19 +37,15 @@ def run(args) -> int:
                    "skipped": [s.as_dict() for s in view.skipped]}, out, ensure_ascii=False)
         out.write("\n")
         return 0
-    rows = [[_cell(v) for v in (row.operator, row.state, row.namespace, row.value)] for row in view.rows]
+    rows = [[cell(v) for v in (row.operator, row.state, row.namespace, row.value)] for row in view.rows]
     if args.format == "csv":
         writer = csv.writer(out)
         writer.writerow(COLUMNS)
         writer.writerows(rows)
         notes = sys.stderr
     else:
-        _table(out, COLUMNS, rows)
+        write_table(out, COLUMNS, rows)
         notes = out
     for skipped in view.skipped:
         notes.write(f"skipped {skipped.state!r} of {skipped.operator}: {skipped.reason}\n")
     return 0
-
-
-def row_json(row) -> dict:
-    return {name: json_value(value) for name, value in row.as_dict().items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from statecat.catalog.cli.attach import add_home_argument
+from statecat.catalog.cli.options import add_home_argument
 
 
 def add_parser(subparsers):

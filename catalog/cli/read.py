@@ -6,13 +6,12 @@ import csv
 import json
 import sys
 
+from statecat.catalog.cli.options import add_descriptors_argument, add_unpickle_argument, descriptors_of
+from statecat.catalog.cli.output import cell, write_table
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
 from statecat.statemeta.errors import LookupFailedError
 from statecat.statemeta.types import TypeDescriptor, key_column_type
-
-TABLE_CELL_WIDTH = 60
-
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("read", help="print the rows of one state")
@@ -22,26 +21,9 @@ def add_parser(subparsers):
     parser.add_argument("--key", action="append", help="only this key (repeatable); reads only its key-group")
     parser.add_argument("--limit", type=int, help="at most N rows")
     parser.add_argument("--format", choices=("jsonl", "csv", "table"), default="jsonl")
-    parser.add_argument("--unpickle", action="store_true",
-                        help="unpickle PyFlink pickled values (runs code from the savepoint: trusted savepoints only)")
+    add_unpickle_argument(parser)
     add_descriptors_argument(parser)
     return parser
-
-
-def add_descriptors_argument(parser) -> None:
-    """``--descriptors FILE`` of the reading commands (read, key, history, diff, sql, attach)."""
-    parser.add_argument("--descriptors", metavar="FILE",
-                        help="descriptor file declaring PyFlink state types (STATEINFO.md), applied in memory: "
-                             "nothing is written next to the savepoint")
-
-
-def descriptors_of(args):
-    """The parsed ``--descriptors`` file (a bad file fails here, before any savepoint is read), or None."""
-    if not getattr(args, "descriptors", None):
-        return None
-    from statecat.statemeta.descriptors import load_descriptors
-
-    return load_descriptors(args.descriptors)
 
 
 def warn_pickled(state, err=None) -> None:
@@ -89,9 +71,9 @@ def run(args) -> int:
         writer = csv.writer(out)
         writer.writerow(columns)
         for row in rows:
-            writer.writerow([_cell(row[c]) for c in columns])
+            writer.writerow([cell(row[c]) for c in columns])
     else:
-        _table(out, columns, [[_cell(row[c]) for c in columns] for row in rows])
+        write_table(out, columns, [[cell(row[c]) for c in columns] for row in rows])
     return 0
 
 
@@ -103,25 +85,3 @@ def _limited(batches, limit):
                 return
             count += 1
             yield row
-
-
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    converted = json_value(value)
-    return converted if isinstance(converted, str) else json.dumps(converted, ensure_ascii=False)
-
-
-def _table(out, columns, rows) -> None:
-    cells = [[c[:TABLE_CELL_WIDTH] for c in row] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-    out.write(line + "\n")
-    out.write("|" + "|".join(f" {c:<{w}} " for c, w in zip(columns, widths)) + "|\n")
-    out.write(line + "\n")
-    for row in cells:
-        out.write("|" + "|".join(f" {c:<{w}} " for c, w in zip(row, widths)) + "|\n")
-    out.write(line + "\n")
-    out.write(f"{len(rows)} row{'s' if len(rows) != 1 else ''}\n")
-
-

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from statecat.catalog.cli.attach import add_home_argument, cli_session
+from statecat.catalog.cli.options import add_home_argument, cli_session
 
 
 def add_parser(subparsers):

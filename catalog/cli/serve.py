@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from statecat.catalog.cli.attach import add_home_argument
+from statecat.catalog.cli.options import add_home_argument
 from statecat.catalog.servers.thrift_server import AUTH_MODES, DEFAULT_BIND, DEFAULT_POLL_SECONDS, DEFAULT_PORT
 
 

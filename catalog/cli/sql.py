@@ -7,16 +7,10 @@ With ``statecat serve`` running on the home, the query goes to that server inste
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 
-from statecat.catalog.cli.attach import (
-    add_attach_descriptors_argument,
-    add_home_argument,
-    attach_with_descriptors,
-    cli_session,
-)
+from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
+from statecat.catalog.cli.output import write_rows
 from statecat.catalog.render import json_value
 from statecat.statemeta.errors import LookupFailedError
 
@@ -35,7 +29,7 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from statecat.catalog.spark.databases import attach
+    from statecat.catalog.spark.databases import attach, attach_with_descriptors
     from statecat.catalog.spark.queries import sql
     from statecat.catalog.servers.sql_client import query_server, server_for
 
@@ -47,7 +41,7 @@ def run(args) -> int:
     server = None if args.attach else server_for(args.home)
     answer = query_server(server, args.query, args.limit) if server is not None else None
     if answer is not None:
-        write(sys.stdout, args.format, *answer)
+        write_rows(sys.stdout, args.format, *answer)
         return 0
     spark = cli_session(args.home)
     if args.attach and args.descriptors:
@@ -59,26 +53,5 @@ def run(args) -> int:
     columns = frame.columns
     rows = frame.limit(args.limit).collect() if args.limit is not None else frame.collect()
     values = [[json_value(row[i]) for i in range(len(columns))] for row in rows]
-    write(sys.stdout, args.format, columns, values)
+    write_rows(sys.stdout, args.format, columns, values)
     return 0
-
-
-def _cell(value) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
-def write(out, fmt: str, columns: list[str], rows: list[list]) -> None:
-    if fmt == "json":
-        for row in rows:
-            out.write(json.dumps(dict(zip(columns, row)), ensure_ascii=False) + "\n")
-    elif fmt == "csv":
-        writer = csv.writer(out)
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow([_cell(v) for v in row])
-    else:
-        from statecat.catalog.cli.read import _table
-
-        _table(out, columns, [[_cell(v) for v in row] for row in rows])

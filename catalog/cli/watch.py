@@ -11,7 +11,7 @@ import argparse
 import logging
 from collections.abc import Callable
 
-from statecat.catalog.cli.attach import add_home_argument, cli_session
+from statecat.catalog.cli.options import add_home_argument, cli_session
 from statecat.statemeta.watcher import DEFAULT_INTERVAL, DEFAULT_MAX_DEPTH, Watcher
 
 log = logging.getLogger("statecat.watch")

@@ -166,5 +166,27 @@ def materialise(spark, database: str, path: str, descriptors: str | None = None)
     return names
 
 
+def attach_with_descriptors(spark, roots, descriptors: str) -> AttachResult:
+    """``attach`` with a descriptor file: each savepoint's database and tables come from its StateMeta
+    with the file applied, and every table's TableRef carries the file's absolute path, so the Spark
+    workers that read the table apply it too. Tables that already exist are kept as they are
+    (`statecat detach` first to re-create a database with other declarations)."""
+    from statecat.statemeta.descriptors import load_descriptors
+
+    path = os.path.abspath(descriptors)
+    load_descriptors(path)  # a bad file fails before anything is registered
+    result = attach(spark, roots, eager=False)
+    wanted = {r.database for r in result.registered} | set(result.known)
+    for record in registry_records(spark):
+        if record.database not in wanted:
+            continue
+        try:
+            materialise(spark, record.database, record.path, path)
+            result.materialised.append(record.database)
+        except StatecatError as exc:
+            result.failed.append((record.path, str(exc)))
+    return result
+
+
 def _sql_string(text: str) -> str:
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
