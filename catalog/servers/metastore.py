@@ -31,7 +31,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from statecat.catalog.spark.extension import spark_jars_dir
+from statecat.catalog.servers.sessions import (
+    HIVE_NOISE,
+    SESSION_SETTINGS,
+    TASK_FAILURE_ECHOES,
+    hive_scratch_conf,
+    log4j2_properties,
+)
+from statecat.catalog.spark.extension import columnar_conf, spark_jars_dir
 from statecat.catalog.servers.local_ports import LOOPBACK, TCP_ESTABLISHED, accepts, listening, process_alive, sockets_on
 from statecat.statemeta.errors import StatecatError
 
@@ -49,47 +56,13 @@ START_TIMEOUT_SECONDS = 180  # a busy 2-core machine takes up to a minute to boo
 POLL_SECONDS = 0.2
 SERVER_HEAP = "-Xmx512m"
 
-SERVER_LOG4J2 = """\
-status = error
-appender.file.type = Console
-appender.file.name = console
-appender.file.layout.type = PatternLayout
-appender.file.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-rootLogger.level = warn
-rootLogger.appenderRef.file.ref = console
-# Hive and DataNucleus warn about every HiveConf name Spark does not define, and about the schema
-# version they do not verify: noise in a log read only when the server fails.
-logger.hiveconf.name = org.apache.hadoop.hive.conf.HiveConf
-logger.hiveconf.level = error
-logger.datanucleus.name = DataNucleus
-logger.datanucleus.level = error
-logger.objectstore.name = org.apache.hadoop.hive.metastore.ObjectStore
-logger.objectstore.level = error
-logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
-logger.hadoop.level = error
-"""
-
+# DataNucleus warns about the schema version it does not verify: noise in a log read only when the
+# server fails. The supervisor sends the server's stdout to the log file.
+SERVER_LOG4J2 = log4j2_properties("warn", {**HIVE_NOISE, "DataNucleus": "error",
+                                           "org.apache.hadoop.hive.metastore.ObjectStore": "error"}, target=None)
 # Plain spark-sql / spark-submit on the home: errors once, not the executor's and scheduler's echoes of them.
-CLIENT_LOG4J2 = """\
-status = error
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-rootLogger.level = warn
-rootLogger.appenderRef.console.ref = console
-logger.executor.name = org.apache.spark.executor.Executor
-logger.executor.level = off
-logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
-logger.tasks.level = off
-logger.hiveconf.name = org.apache.hadoop.hive.conf.HiveConf
-logger.hiveconf.level = error
-logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
-logger.hadoop.level = error
-logger.sessionstate.name = org.apache.hadoop.hive.ql.session.SessionState
-logger.sessionstate.level = error
-"""
+CLIENT_LOG4J2 = log4j2_properties("warn", {**TASK_FAILURE_ECHOES, **HIVE_NOISE,
+                                           "org.apache.hadoop.hive.ql.session.SessionState": "error"})
 
 
 class MetastoreError(StatecatError):
@@ -202,9 +175,6 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
         "spark.pyspark.driver.python": python,
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
     }
-    from statecat.catalog.servers.sessions import SESSION_SETTINGS, hive_scratch_conf
-    from statecat.catalog.spark.extension import columnar_conf
-
     # As statecat's own sessions: Hive's local files in the home, pushdown, columnar state scans.
     settings = columnar_conf({**SESSION_SETTINGS, **settings,
                               **hive_scratch_conf(os.path.join(server.home, SCRATCH_DIR))})

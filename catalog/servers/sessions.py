@@ -45,24 +45,30 @@ SESSION_SETTINGS = {
 # Loggers whose output only repeats an error that reaches the caller as an exception anyway: PySpark's
 # structured (JSON) query-context logs, and the JVM's per-task failure logs.
 PYTHON_ERROR_ECHO_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
-QUIET_LOG4J2 = """\
-status = error
-appender.console.type = Console
-appender.console.name = console
-appender.console.target = SYSTEM_ERR
-appender.console.layout.type = PatternLayout
-appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
-rootLogger.level = error
-rootLogger.appenderRef.console.ref = console
-# PySpark counts as one of Spark's shells, whose level (else WARN, announced on stderr) comes from
-# the logger of its main class.
-logger.shell.name = org.apache.spark.api.python.PythonGatewayServer
-logger.shell.level = error
-logger.executor.name = org.apache.spark.executor.Executor
-logger.executor.level = off
-logger.tasks.name = org.apache.spark.scheduler.TaskSetManager
-logger.tasks.level = off
-"""
+LOG_PATTERN = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
+# The JVM's per-task failure logs only repeat an error the caller gets anyway.
+TASK_FAILURE_ECHOES = {"org.apache.spark.executor.Executor": "off", "org.apache.spark.scheduler.TaskSetManager": "off"}
+# Hive warns about every HiveConf name Spark does not define; Hadoop about its missing native code.
+HIVE_NOISE = {"org.apache.hadoop.hive.conf.HiveConf": "error", "org.apache.hadoop.util.NativeCodeLoader": "error"}
+
+
+def log4j2_properties(root_level: str, levels: dict[str, str], target: str | None = "SYSTEM_ERR") -> str:
+    """A log4j2 configuration: one console appender (``target``, else the JVM's stdout), the root
+    logger at ``root_level`` and each logger named in ``levels`` at its own level."""
+    lines = ["status = error", "appender.console.type = Console", "appender.console.name = console"]
+    if target is not None:
+        lines.append(f"appender.console.target = {target}")
+    lines += ["appender.console.layout.type = PatternLayout", f"appender.console.layout.pattern = {LOG_PATTERN}",
+              f"rootLogger.level = {root_level}", "rootLogger.appenderRef.console.ref = console"]
+    for i, (name, level) in enumerate(levels.items()):
+        lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {level}"]
+    return "\n".join(lines) + "\n"
+
+
+# PySpark counts as one of Spark's shells, whose level (else WARN, announced on stderr) comes from the
+# logger of its main class.
+QUIET_LOG4J2 = log4j2_properties("error", {"org.apache.spark.api.python.PythonGatewayServer": "error",
+                                           **TASK_FAILURE_ECHOES})
 
 
 def session(home: str | None = None, *, master: str = "local[2]", app_name: str = "statecat",
