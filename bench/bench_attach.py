@@ -47,11 +47,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+    from statecat.catalog.servers.sessions import session
     from statecat.catalog.spark.databases import attach, materialise
     from statecat.catalog.spark.discovery import discover_savepoints
     from statecat.catalog.spark.queries import sql
     from statecat.catalog.spark.registry import read_record
-    from statecat.catalog.servers.sessions import session
 
     scratch = Path(tempfile.mkdtemp(prefix="statecat_bench_"))
     figures: dict = {"savepoints": args.count}

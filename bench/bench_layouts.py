@@ -74,7 +74,7 @@ def statecat_pass(path: Path, general: bool) -> tuple[int, float]:
             keyed = [s.name for s in op.states if s.is_keyed and s.decode_status == "full"]
             if not keyed:
                 continue
-            for name, batch in reader.operator_batches(op.id, keyed):
+            for _name, batch in reader.operator_batches(op.id, keyed):
                 entries += count_entries(batch)
     finally:
         if general:

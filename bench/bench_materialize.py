@@ -64,7 +64,7 @@ def main() -> None:
     path = args.savepoint or ensure_savepoint(args.dir, args.keys)
     data_bytes = keyed_bytes(path)
     reader = SavepointReader(str(path))
-    for batch in reader.batches(MAIN_STATE):  # warm the page cache and numba's compiled code
+    for _batch in reader.batches(MAIN_STATE):  # warm the page cache and numba's compiled code
         pass
     scratch = Path(tempfile.mkdtemp(prefix="statecat-bench-lake-"))
     try:
@@ -96,9 +96,9 @@ def main() -> None:
 
         for name, keys in (("12_key_count_trend.sql", None), ("13_key_history.sql", [KEY])):
             sql = (QUERIES / name).read_text()
-            lake_s, lake_rows = best(args.repeat, lambda: rows_of(con.execute(sql)))
+            lake_s, lake_rows = best(args.repeat, lambda sql=sql: rows_of(con.execute(sql)))
 
-            def on_live():
+            def on_live(sql=sql, keys=keys):
                 return rows_of(live.execute(sql.replace("FROM accstate a", f"FROM {live_table(keys)} a")))
 
             live_s, live_rows = best(args.repeat, on_live)

@@ -191,7 +191,7 @@ def report(results: list[dict]) -> int:
           + " ".join(f"{k:>9}" for k in FINDING_KINDS) + "  restarts")
     total_execs = total_findings = 0
     for r in results:
-        kinds = {k: 0 for k in FINDING_KINDS}
+        kinds = dict.fromkeys(FINDING_KINDS, 0)
         for key, found in r["classes"].items():
             kinds[key.split("|")[0]] += found["count"]
         total_execs += r["execs"]

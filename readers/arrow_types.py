@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from statecat.statemeta.types import STRUCT_KINDS, WINDOW_FIELDS, TypeDescriptor, key_column_type
 from statecat.statemeta.model import StateInfo
+from statecat.statemeta.types import STRUCT_KINDS, WINDOW_FIELDS, TypeDescriptor, key_column_type
 
 # Spark keeps microseconds; nanoseconds below that are truncated (documented in the README).
 TIMESTAMP = pa.timestamp("us")

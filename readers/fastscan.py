@@ -596,7 +596,7 @@ class ColumnExtractor:
         base = at + 4
         row_end = base + sizes
         arrays = []
-        for i, (name, field) in enumerate(fields):
+        for i, (_name, field) in enumerate(fields):
             nulls = null_bits[i]
             kind = field.kind
             arrow = arrow_type(field)

@@ -396,8 +396,8 @@ def _history_order(entry: KeyHistoryEntry):
     # Snapshots of unknown time go after the timed ones; equal times by checkpoint id, then path.
     taken = entry.taken_at
     if taken is not None and taken.tzinfo is None:
-        taken = taken.replace(tzinfo=dt.timezone.utc)
-    return (taken is None, taken or dt.datetime.min.replace(tzinfo=dt.timezone.utc),
+        taken = taken.replace(tzinfo=dt.UTC)
+    return (taken is None, taken or dt.datetime.min.replace(tzinfo=dt.UTC),
             entry.checkpoint_id if entry.checkpoint_id is not None else -1, entry.path)
 
 

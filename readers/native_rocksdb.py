@@ -68,7 +68,7 @@ class NativeInstance:
     def column_family_names(self) -> list[str]:
         return sorted({ref.column_family for ref in self._column_families})
 
-    def column_family(self, name: str) -> "ColumnFamilyReader":
+    def column_family(self, name: str) -> ColumnFamilyReader:
         """The column family's SST files, open until the reader is closed."""
         files, sources = [], []
         try:
@@ -88,7 +88,7 @@ def _column_families(storage: Storage, handle: NativeRocksDBHandle) -> tuple[_Ss
 
 
 @functools.lru_cache(maxsize=64)
-def _column_families_cached(key: "_StorageKey", handle: NativeRocksDBHandle) -> tuple[_SstRef, ...]:
+def _column_families_cached(key: _StorageKey, handle: NativeRocksDBHandle) -> tuple[_SstRef, ...]:
     """Each SST file with its column family (from its properties block), once per instance: every
     state of the instance and every key read needs it."""
     refs = []
@@ -279,7 +279,7 @@ class NativeKeyGroup(bytes):
     positions: list
 
     @classmethod
-    def of(cls, buffer, positions) -> "NativeKeyGroup":
+    def of(cls, buffer, positions) -> NativeKeyGroup:
         data = cls(buffer)  # one copy, straight from the array's memory
         data.positions = positions
         return data

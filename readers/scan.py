@@ -16,6 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from statecat.readers.arrow_types import state_schema
+from statecat.readers.decoders import (
+    LIST_ELEMENT_DELIMITER,
+    TIMER_TIMESTAMP_FLIP,
+    DecodeError,
+    build_decoder,
+    build_key_decoder,
+)
 from statecat.readers.fastscan import (
     MIN_ENTRY_BYTES,
     WALK_BAD_STATE_ID,
@@ -24,13 +31,6 @@ from statecat.readers.fastscan import (
     ColumnExtractor,
     plan_column,
     walk_key_group_all,
-)
-from statecat.readers.decoders import (
-    LIST_ELEMENT_DELIMITER,
-    TIMER_TIMESTAMP_FLIP,
-    DecodeError,
-    build_decoder,
-    build_key_decoder,
 )
 from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
 from statecat.statemeta.headers import SNAPPY_STREAM_IDENTIFIER, open_stream
@@ -264,7 +264,7 @@ class KeyedStateScanner:
                     yield batch.filter(pc.is_in(batch.column(0), value_set=wanted_keys))
             return
         columns: tuple[list, list, list] = ([], [], [])
-        wanted = None if keys is None else set(_hashable(k) for k in keys)
+        wanted = None if keys is None else {_hashable(k) for k in keys}
         for location in locations:
             for key_group, data, file, base in self._key_groups(location, key_groups, keys):
                 self._decode_key_group(key_group, data, location, columns, file, base, wanted)

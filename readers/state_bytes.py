@@ -35,7 +35,13 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from statecat.readers.scan import KeyedStateScanner, ReadStats, _keyed_state_counts, _read_up_to, decompress_snappy_framed
+from statecat.readers.scan import (
+    KeyedStateScanner,
+    ReadStats,
+    _keyed_state_counts,
+    _read_up_to,
+    decompress_snappy_framed,
+)
 from statecat.statemeta.errors import FormatError, StatecatError
 from statecat.statemeta.headers import open_stream
 from statecat.statemeta.metadata import FileStream, InlineStream, NativeRocksDBHandle, UnsupportedKeyedHandle

@@ -39,7 +39,7 @@ class DataInput:
         self._end = None if length is None else base + length
 
     @classmethod
-    def of_bytes(cls, data: bytes, name: str, *, base: int = 0) -> "DataInput":
+    def of_bytes(cls, data: bytes, name: str, *, base: int = 0) -> DataInput:
         return cls(io.BytesIO(data), name, base=base, length=len(data))
 
     @property

@@ -82,7 +82,7 @@ class CoderType:
     """A parsed declared type: ``name`` plus (field name, type) arguments for containers."""
 
     name: str
-    args: tuple[tuple[str | None, "CoderType"], ...] = ()
+    args: tuple[tuple[str | None, CoderType], ...] = ()
 
     def text(self) -> str:
         if not self.args:

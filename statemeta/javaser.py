@@ -54,13 +54,13 @@ _PRIMITIVES = {
 class _ClassDesc:
     __slots__ = ("name", "flags", "fields", "superclass")
 
-    def __init__(self, name: str, flags: int, fields: list[tuple[str, str]], superclass: "_ClassDesc | None"):
+    def __init__(self, name: str, flags: int, fields: list[tuple[str, str]], superclass: _ClassDesc | None):
         self.name = name
         self.flags = flags
         self.fields = fields
         self.superclass = superclass
 
-    def hierarchy(self) -> list["_ClassDesc"]:
+    def hierarchy(self) -> list[_ClassDesc]:
         chain, desc = [], self
         while desc is not None:
             if len(chain) > MAX_DEPTH:  # a back-reference can make a class its own ancestor

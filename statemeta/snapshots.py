@@ -142,7 +142,7 @@ class SnapshotReader:
         return parse(self, version, class_name)
 
     def composite(self, version: int, class_name: str,
-                  outer: Callable[["SnapshotReader", int], dict] | None = None,
+                  outer: Callable[[SnapshotReader, int], dict] | None = None,
                   nested: int | None = None) -> tuple[dict, list[TypeDescriptor]]:
         """``CompositeTypeSerializerSnapshot``: magic, outer version, outer payload, nested snapshots.
 

@@ -24,19 +24,19 @@ import pyarrow.fs as pafs
 
 from statecat.statemeta.errors import FormatError, SavepointNotFoundError, StatecatError
 from statecat.statemeta.metadata import (
+    MAX_KEY_GROUPS,
     CheckpointMetadata,
     FileStream,
     InlineStream,
     KeyGroupsHandle,
-    NativeRocksDBHandle,
-    RocksDBFile,
     MasterState,
+    NativeRocksDBHandle,
     OperatorState,
     OperatorStateEntry,
     OperatorStreamHandle,
+    RocksDBFile,
     StreamHandle,
     SubtaskState,
-    MAX_KEY_GROUPS,
     UnsupportedKeyedHandle,
     check_key_group_offsets,
     check_operator_offsets,
@@ -753,7 +753,7 @@ def _written_before_native_reading(doc: dict) -> bool:
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
 def snapshot(path: str | Storage, output_dir: str | None = None, *, descriptors=None,

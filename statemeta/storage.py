@@ -80,7 +80,7 @@ class Storage:
     def is_local(self) -> bool:
         return isinstance(self.filesystem, pafs.LocalFileSystem)
 
-    def with_allowed_roots(self, roots) -> "Storage":
+    def with_allowed_roots(self, roots) -> Storage:
         """This storage, also allowing reads under ``roots`` (paths or URIs)."""
         extra = tuple(str(r) for r in roots if str(r).strip())
         for root in extra:
@@ -89,7 +89,7 @@ class Storage:
 
     # -- reading
 
-    def open(self, path: str, *, buffer_size: int = 1 << 16) -> "StateFile":
+    def open(self, path: str, *, buffer_size: int = 1 << 16) -> StateFile:
         """Opens a file of this snapshot for random access reads (confined; regular files only)."""
         filesystem, target = self.confine(path)
         return open_regular_file(filesystem, target, self.display(path), buffer_size=buffer_size)

@@ -43,7 +43,7 @@ _JOB_SIBLINGS = ("shared", "taskowned")
 
 def iso(moment: dt.datetime) -> str:
     """UTC ISO-8601 with a Z, to the millisecond (as stateInfo stores times)."""
-    text = moment.astimezone(dt.timezone.utc).isoformat(timespec="milliseconds")
+    text = moment.astimezone(dt.UTC).isoformat(timespec="milliseconds")
     return text.replace("+00:00", "Z")
 
 
@@ -55,7 +55,7 @@ def parse_iso(text) -> dt.datetime | None:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return moment.astimezone(dt.timezone.utc) if moment.tzinfo is not None else None
+    return moment.astimezone(dt.UTC) if moment.tzinfo is not None else None
 
 
 def rest_record(triggered_at: dt.datetime, completed_at: dt.datetime) -> dict:
@@ -70,7 +70,7 @@ def snapshotter_record(storage: Storage, observed_at: dt.datetime | None = None)
     The record holds no time of its own making: snapshots of the same ``_metadata`` write the same
     bytes (stateInfo writes are idempotent, concurrent ones included)."""
     mtime = metadata_mtime(storage)
-    observed = observed_at or dt.datetime.now(dt.timezone.utc)
+    observed = observed_at or dt.datetime.now(dt.UTC)
     if mtime is None or not dt.timedelta(0) <= observed - mtime <= SNAPSHOTTER_WINDOW:
         return None
     return {"source": SOURCE_SNAPSHOTTER, "metadata_mtime": iso(mtime)}
@@ -92,7 +92,7 @@ def metadata_mtime(storage: Storage) -> dt.datetime | None:
         info = storage.filesystem.get_file_info(storage.metadata_path)
     except OSError:
         return None
-    return info.mtime.astimezone(dt.timezone.utc) if info.mtime is not None else None
+    return info.mtime.astimezone(dt.UTC) if info.mtime is not None else None
 
 
 def is_checkpoint_in_place(storage: Storage) -> bool:

@@ -74,18 +74,18 @@ WINDOW_FIELDS = {"time_window": ("start", "end"), "count_window": ("id",)}
 @dataclass(frozen=True)
 class TypeDescriptor:
     kind: str
-    fields: tuple[tuple[str, "TypeDescriptor"], ...] = ()
+    fields: tuple[tuple[str, TypeDescriptor], ...] = ()
     attrs: tuple[tuple[str, Any], ...] = ()
 
     # -- construction helpers
 
     @staticmethod
-    def of(kind: str, fields=(), **attrs: Any) -> "TypeDescriptor":
+    def of(kind: str, fields=(), **attrs: Any) -> TypeDescriptor:
         frozen = tuple(sorted((k, _freeze(v)) for k, v in attrs.items() if v is not None))
         return TypeDescriptor(kind, tuple(fields), frozen)
 
     @staticmethod
-    def raw(serializer: str, reason: str) -> "TypeDescriptor":
+    def raw(serializer: str, reason: str) -> TypeDescriptor:
         return TypeDescriptor.of("raw", serializer=serializer, reason=reason)
 
     def attr(self, name: str, default: Any = None) -> Any:
@@ -94,7 +94,7 @@ class TypeDescriptor:
                 return value
         return default
 
-    def child(self, name: str) -> "TypeDescriptor":
+    def child(self, name: str) -> TypeDescriptor:
         for key, value in self.fields:
             if key == name:
                 return value
@@ -204,7 +204,7 @@ class TypeDescriptor:
         return out
 
     @staticmethod
-    def from_json(data: dict) -> "TypeDescriptor":
+    def from_json(data: dict) -> TypeDescriptor:
         attrs = {k: v for k, v in data.items() if k not in ("kind", "fields")}
         fields = tuple((f["name"], TypeDescriptor.from_json(f["type"])) for f in data.get("fields", ()))
         return TypeDescriptor.of(data["kind"], fields, **attrs)

@@ -7,15 +7,14 @@ this module and tests/test_sql_examples.py; the fixture savepoints are attached 
 from __future__ import annotations
 
 import datetime as dt
-
 import os
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from statecat.statemeta.errors import LookupFailedError
 
+from statecat.statemeta.errors import LookupFailedError
 from tests.fixtures.expected import CASES, CASES_DIR, is_successive, load_expected, phases, savepoint_dir
 
 GROUPBY_CASE = "sql_groupby_hashmap_2.3"
@@ -69,7 +68,7 @@ def from_spark(value):
 def from_arrow(value):
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         # PySpark hands TIMESTAMP (LTZ) values back naive, in the session time zone (UTC here).
-        return value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value.astimezone(dt.UTC).replace(tzinfo=None)
     if isinstance(value, dict):
         return {k: from_arrow(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -150,6 +149,7 @@ def test_sqlglot_finds_the_databases_a_query_names():
 
 def test_key_filter_plans_and_reads_only_the_key_group():
     from pyspark.sql.datasource import EqualTo, In
+
     from statecat.catalog.spark.source import FlinkStateReader, StatePartition
     from statecat.catalog.spark.tables import TableRef, spark_schema
     from statecat.readers import SavepointReader
@@ -190,6 +190,7 @@ def test_key_filter_plans_and_reads_only_the_key_group():
 
 def test_filters_statecat_cannot_use_are_left_to_spark():
     from pyspark.sql.datasource import EqualTo, GreaterThan
+
     from statecat.catalog.spark.source import FlinkStateReader
     from statecat.catalog.spark.tables import TableRef, spark_schema
     from statecat.statemeta.model import load_state_meta
@@ -487,6 +488,7 @@ def test_truncated_state_file_at_query_time_names_savepoint_operator_and_state(s
 def test_table_whose_columns_no_longer_fit_the_state_is_a_clear_error(spark):
     """An undecodable column: the catalog says one type, the savepoint's serializer another."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
+
     from statecat.catalog.spark.tables import REF_METADATA_KEY, TableRef
     from statecat.statemeta.model import load_state_meta
 

@@ -186,10 +186,9 @@ def test_operator_bytes_are_the_operators_streams_as_inspect_counts_them():
 
 
 def test_unreadable_handles_are_counted_apart():
-    from statecat.readers.state_bytes import savepoint_bytes
-
     import dataclasses
 
+    from statecat.readers.state_bytes import savepoint_bytes
     from statecat.statemeta.metadata import NativeRocksDBHandle, UnsupportedKeyedHandle
     from statecat.statemeta.model import StateMeta, _operator_meta
 

@@ -122,8 +122,8 @@ def test_changed_rows_carry_old_and_new_values():
     case_a, case_b = "sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_2.3"
     old = {r["key"]: r["value"] for r in _rows(case_a, "accState")}
     new = {r["key"]: r["value"] for r in _rows(case_b, "accState")}
-    changes = [c for c in diff_savepoints(str(savepoint_dir(case_a)), str(savepoint_dir(case_b)),
-                                          states=["accState"]).changes()]
+    changes = list(diff_savepoints(str(savepoint_dir(case_a)), str(savepoint_dir(case_b)),
+                                   states=["accState"]).changes())
     assert changes and all(c.change == CHANGED for c in changes)
     for change in changes:
         assert canonical(change.old) == old[change.key] and canonical(change.new) == new[change.key]

@@ -179,7 +179,7 @@ def test_wrong_entry_count_names_metadata_file_and_offset(tmp_path):
     # the first key-group with an accState entry: i32 id, u16 state id, i32 count
     header = read_keyed_header(storage, handle.stream, list(handle.offsets))
     acc_id = [s.name for s in header.states].index("accState")
-    for i, offset in enumerate(handle.offsets):
+    for _i, offset in enumerate(handle.offsets):
         state_id, count = struct.unpack_from(">Hi", stream, offset + 4)
         if state_id == acc_id and count > 0:
             break

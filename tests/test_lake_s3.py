@@ -27,7 +27,6 @@ from tests.test_materialize import (
     statecat_cli,
 )
 
-
 BUCKET = "statecat-test"
 CASES = ("sql_groupby_hashmap_2.0", "sql_groupby_rocksdb_2.3", "sql_groupby_hashmap_2.3")
 READY_POLLS = 300  # x 0.1 s: moto starts in well under a second on an idle machine

@@ -21,14 +21,13 @@ import deltalake
 import pyarrow as pa
 import pytest
 
-from statecat.catalog.lake.tables import delta_type, read_delta
 from statecat.catalog.lake.materialize import Materializer, Retention, Selection
-from tests.crashing_materialize import CRASH_EXIT_CODE
+from statecat.catalog.lake.tables import delta_type, read_delta
 from statecat.readers import SavepointReader, key_group_for
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import stable_state_names
+from tests.crashing_materialize import CRASH_EXIT_CODE
 from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir
-
 
 # One SQL GROUP BY job, snapshotted by several Flink versions and backends: one job's history.
 GROUPBY_HISTORY = (
@@ -39,7 +38,7 @@ GROUPBY_HISTORY = (
 # Snapshots only partly readable (status "partial"): none since native RocksDB state is read.
 PARTIAL: set[str] = set()
 DAY = 86_400
-HISTORY_START = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+HISTORY_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 
 # ----------------------------------------------------------------------------- helpers (also for test_lake_s3)
@@ -430,7 +429,7 @@ def test_keep_removes_old_snapshots_and_vacuums(tmp_path):
 
 def test_keep_days_removes_snapshots_taken_before_the_cutoff(tmp_path):
     placed = place_history(tmp_path / "root", ("sql_groupby_hashmap_2.0", "sql_groupby_hashmap_2.3"))
-    recent = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)).timestamp()
+    recent = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=1)).timestamp()
     os.utime(placed["sql_groupby_hashmap_2.3"] / "_metadata", (recent, recent))
     lake = tmp_path / "lake"
     out = statecat_cli("materialize", tmp_path / "root", "--to", lake, "--keep-days", "30")

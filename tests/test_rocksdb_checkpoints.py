@@ -137,7 +137,7 @@ def test_the_rescaled_checkpoint_clips_restored_files_with_range_deletions():
     with_deletions, foreign_keys = 0, 0
     for _, handle in handles:
         low, high = handle.key_group_range
-        for file, sst in _ssts(RESCALED_CASE, handle):
+        for _file, sst in _ssts(RESCALED_CASE, handle):
             if RANGE_DEL_BLOCK in sst.metaindex and sst.range_tombstones():
                 with_deletions += 1
             if sst.column_family == "accState":

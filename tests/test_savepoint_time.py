@@ -30,7 +30,7 @@ from tests.test_savepoint_rest import JOB, FakeJobManager
 
 CASE = "sql_groupby_hashmap_2.3"
 CHECKPOINT_CASE = "sql_groupby_checkpoint_hashmap_2.3"
-UTC = dt.timezone.utc
+UTC = dt.UTC
 COMPLETED = dt.datetime(2026, 3, 4, 5, 6, 7, 250000, tzinfo=UTC)
 
 

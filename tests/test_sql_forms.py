@@ -76,8 +76,8 @@ def test_every_column_has_a_comment(spark):
 @pytest.mark.spark
 @pytest.mark.parametrize("case", KEY_CASES)
 def test_key_view_equals_the_python_key_view(spark, case):
-    from statecat.readers import SavepointReader
     from statecat.catalog.spark.sql_forms import json_text
+    from statecat.readers import SavepointReader
 
     reader = SavepointReader(str(savepoint_dir(case)))
     for key in sample_keys(case):

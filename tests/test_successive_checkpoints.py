@@ -133,7 +133,7 @@ def test_serialized_keys_decode_back_to_the_key(case):
 
     meta = SavepointReader(str(phases(case)[-1]["checkpoint"])).meta
     checked = 0
-    for op, state in meta.states():
+    for _op, state in meta.states():
         if state.kind != "keyed" or state.key.kind == "raw":
             continue
         decode = build_key_decoder(state.key)

@@ -7,10 +7,10 @@ plan is the same, so each state's table (and each operator's) must keep its name
 from __future__ import annotations
 
 import pytest
+
 from statecat.catalog.spark.tables import savepoint_tables
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import catalog_table_names, stable_state_names
-
 from tests.fixtures.expected import CASES, savepoint_dir
 
 # One SQL GROUP BY job, savepointed by Flink 1.15 to 2.3 on the heap and RocksDB backends.

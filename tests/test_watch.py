@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from statecat.statemeta.watcher import Watcher
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.stateinfo import STATE_INFO_FILE, read_state_info
+from statecat.statemeta.watcher import Watcher
 from tests.fixtures.expected import savepoint_dir
 
 GOOD = ("sql_groupby_hashmap_2.3", "sql_join_2.3", "sql_window_2.3", "sql_groupby_rocksdb_1.20")

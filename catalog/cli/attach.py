@@ -6,6 +6,7 @@ import sys
 
 from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
 
+
 def add_parser(subparsers):
     parser = subparsers.add_parser("attach", help="register savepoints as Spark databases")
     parser.add_argument("roots", nargs="+", metavar="ROOT",

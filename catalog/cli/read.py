@@ -13,6 +13,7 @@ from statecat.readers import SavepointReader
 from statecat.statemeta.errors import LookupFailedError
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
+
 def add_parser(subparsers):
     parser = subparsers.add_parser("read", help="print the rows of one state")
     parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")

@@ -96,7 +96,7 @@ def trigger_savepoint(rest: FlinkRest, job_id: str, target: str | None, *, stop:
         if target:
             body["target-directory"] = target
         path = f"/jobs/{job_id}/savepoints"
-    triggered_at = dt.datetime.now(dt.timezone.utc)
+    triggered_at = dt.datetime.now(dt.UTC)
     trigger = rest.call("POST", path, body).get("request-id")
     if not trigger:
         raise RestError(f"Flink did not return a request id for POST {path}", file=rest.url)
@@ -105,7 +105,7 @@ def trigger_savepoint(rest: FlinkRest, job_id: str, target: str | None, *, stop:
     while True:
         answer = rest.call("GET", status_path)
         if answer.get("status", {}).get("id") == "COMPLETED":
-            completed_at = dt.datetime.now(dt.timezone.utc)
+            completed_at = dt.datetime.now(dt.UTC)
             operation = answer.get("operation") or {}
             if "failure-cause" in operation:
                 cause = operation["failure-cause"] or {}

@@ -29,9 +29,9 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
+    from statecat.catalog.servers.sql_client import query_server, server_for
     from statecat.catalog.spark.databases import attach, attach_with_descriptors
     from statecat.catalog.spark.queries import sql
-    from statecat.catalog.servers.sql_client import query_server, server_for
 
     if args.descriptors and not args.attach:
         raise LookupFailedError("--descriptors applies to the savepoints --attach ROOT names",

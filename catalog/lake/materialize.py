@@ -47,8 +47,8 @@ from statecat.readers.scan import scanner_for
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta, operator_id_for_uid
 from statecat.statemeta.naming import stable_state_names
-from statecat.statemeta.storage import Storage, open_storage
 from statecat.statemeta.stateinfo import metadata_fingerprint
+from statecat.statemeta.storage import Storage, open_storage
 from statecat.statemeta.taken_at import savepoint_time
 
 log = logging.getLogger("statecat.materialize")
@@ -116,7 +116,7 @@ class Retention:
         return gone
 
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 # ----------------------------------------------------------------------------- discovery
@@ -297,7 +297,6 @@ class Materializer:
     def _write_state(self, meta: StateMeta, op: OperatorMeta, state: StateInfo, table: str,
                      snapshot_values: tuple, stats: list[dict]) -> int:
         from deltalake import write_deltalake
-
         from deltalake.exceptions import DeltaError
 
         source = state_schema(state)
@@ -404,7 +403,6 @@ class Materializer:
 
     def _write_partition(self, name: str, schema: pa.Schema, snapshot_id: str, rows: list[dict]) -> None:
         from deltalake import write_deltalake
-
         from deltalake.exceptions import DeltaError
 
         table = pa.Table.from_pylist(rows, schema=schema)
@@ -597,7 +595,7 @@ def _commit_properties(snapshot_id: str):
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 

@@ -31,6 +31,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from statecat.catalog.servers.local_ports import (
+    LOOPBACK,
+    TCP_ESTABLISHED,
+    accepts,
+    listening,
+    process_alive,
+    sockets_on,
+)
 from statecat.catalog.servers.sessions import (
     HIVE_NOISE,
     SESSION_SETTINGS,
@@ -39,7 +47,6 @@ from statecat.catalog.servers.sessions import (
     log4j2_properties,
 )
 from statecat.catalog.spark.extension import columnar_conf, spark_jars_dir
-from statecat.catalog.servers.local_ports import LOOPBACK, TCP_ESTABLISHED, accepts, listening, process_alive, sockets_on
 from statecat.statemeta.errors import StatecatError
 
 METASTORE_MAIN = "org.apache.hadoop.hive.metastore.HiveMetaStore"

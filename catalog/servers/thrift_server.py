@@ -357,8 +357,8 @@ def serve(*, home: str | None, roots: list[str], bind: str = DEFAULT_BIND, port:
     """Serves until SIGTERM/SIGINT (or ``stop``); returns the exit status."""
     import sys
 
-    from statecat.catalog.spark.discovery import discover_savepoints, normalise_path
     from statecat.catalog.servers.sessions import resolve_home, session
+    from statecat.catalog.spark.discovery import discover_savepoints, normalise_path
 
     out = out or sys.stdout
     check_exposure(bind, auth)

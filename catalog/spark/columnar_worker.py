@@ -108,6 +108,7 @@ def _fail(outfile, exc: Exception) -> None:
 def _plan(infile, outfile) -> None:
     from pyspark.sql.datasource import EqualTo, In
     from pyspark.sql.types import StructType
+
     from statecat.catalog.spark.source import FlinkStateDataSource
 
     schema, options, filters, read_schema = (json.loads(_read_blob(infile)) for _ in range(4))

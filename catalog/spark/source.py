@@ -26,6 +26,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, In, InputPartition
+
 from statecat.catalog.spark.tables import (
     SOURCE_NAME,
     TableRef,

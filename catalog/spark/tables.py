@@ -153,6 +153,7 @@ def spark_schema(ref: TableRef, meta: StateMeta | None = None):
 
     if ref.kind == "state":
         from pyspark.sql.pandas.types import from_arrow_schema
+
         from statecat.readers.arrow_types import state_schema
 
         if meta is None:

@@ -30,11 +30,11 @@ from statecat.readers.sst.format import (
     NO_CHECKSUM,
     NO_COMPRESSION,
     SNAPPY,
+    XXH3,
     ZLIB,
     ZSTD,
     ZSTD_NOT_FINAL,
     BlockHandle,
-    XXH3,
     VarintError,
     block_checksum,
     context_modifier,
@@ -239,14 +239,14 @@ def walk_data_blocks(buf, block_at, block_restarts, block_num_restarts, fill, ke
     return n, total, BLOCK_OK, -1, 0
 
 
-def decode_data_blocks(contents: list[bytes], offsets: list[int], display: str) -> "DecodedBlock":
+def decode_data_blocks(contents: list[bytes], offsets: list[int], display: str) -> DecodedBlock:
     """The entries of several uncompressed data blocks (``offsets``: where each is in the file) as
     one DecodedBlock: one compiled walk for all, whose values index the blocks joined in ``data``."""
     sizes = np.array([len(data) for data in contents], dtype=np.int64)
     return decode_joined_blocks(np.frombuffer(b"".join(contents), dtype=np.uint8), sizes, offsets, display)
 
 
-def decode_joined_blocks(buf: np.ndarray, sizes: np.ndarray, offsets: list[int], display: str) -> "DecodedBlock":
+def decode_joined_blocks(buf: np.ndarray, sizes: np.ndarray, offsets: list[int], display: str) -> DecodedBlock:
     """``decode_data_blocks`` over uncompressed blocks already laid back to back in ``buf``
     (``sizes``: each block's length)."""
     block_at = np.zeros(sizes.shape[0], dtype=np.int64)
@@ -371,7 +371,7 @@ def decode_span_fast(raw: bytes, raw_start: int, offsets: np.ndarray, sizes: np.
     out = np.empty(int(out_size.sum()), dtype=np.uint8)
     target = memoryview(out)
     try:
-        for b, (body, end, at, size, kind) in enumerate(zip(body_at.tolist(), ends, block_at.tolist(),
+        for _b, (body, end, at, size, kind) in enumerate(zip(body_at.tolist(), ends, block_at.tolist(),
                                                             out_size.tolist(), compression.tolist())):
             if kind == NO_COMPRESSION:
                 target[at:at + size] = view[body:end]

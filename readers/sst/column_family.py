@@ -38,6 +38,10 @@ def concatenate_with_delimiter(delimiter: bytes) -> MergeFunction:
     return merge
 
 
+# Flink's list state: elements joined by ','.
+FLINK_LIST_MERGE = concatenate_with_delimiter(b",")
+
+
 class RangeTombstones:
     """The newest range deletion covering each user key: the tombstones cut into disjoint
     fragments at every start and end, each with the largest covering sequence number."""
@@ -70,7 +74,7 @@ class ColumnFamilyView:
     """Live (user key, value) pairs of a column family stored in ``files`` (all its live SST
     files, any levels); ``merge`` combines merge operands (default: Flink's list merge, ',')."""
 
-    def __init__(self, files: list[SstFile], merge: MergeFunction = concatenate_with_delimiter(b",")) -> None:
+    def __init__(self, files: list[SstFile], merge: MergeFunction = FLINK_LIST_MERGE) -> None:
         self.files = list(files)
         self.merge = merge
         names = {f.column_family for f in self.files if f.column_family is not None}

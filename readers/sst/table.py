@@ -315,7 +315,7 @@ class SstFile:
             return None
         return first.key_list()[0], last.key_list()[-1]
 
-    def _spans(self, handles: list[BlockHandle]) -> Iterator[tuple["_Span", list[BlockHandle]]]:
+    def _spans(self, handles: list[BlockHandle]) -> Iterator[tuple[_Span, list[BlockHandle]]]:
         """Runs of consecutive blocks, each read with one call (a key-group's blocks lie side by side)."""
         start = 0
         while start < len(handles):
@@ -329,7 +329,7 @@ class SstFile:
                    handles[start:stop])
             start = stop
 
-    def _decode_span(self, span: "_Span", offsets: np.ndarray, sizes: np.ndarray
+    def _decode_span(self, span: _Span, offsets: np.ndarray, sizes: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray] | None:
         """The span's blocks (``offsets``/``sizes``: their handles) uncompressed back to back and
         their lengths, through the batched path (``decode_span_fast``); None when the span needs

@@ -20,9 +20,13 @@ from pyflink.common import Duration, Types, WatermarkStrategy
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from pyflink.datastream.functions import AggregateFunction, KeyedProcessFunction, RuntimeContext
-from pyflink.datastream.state import (AggregatingStateDescriptor, ListStateDescriptor,
-                                      MapStateDescriptor, ReducingStateDescriptor,
-                                      ValueStateDescriptor)
+from pyflink.datastream.state import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
 
 import _common
 

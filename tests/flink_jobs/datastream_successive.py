@@ -24,9 +24,13 @@ from pyflink.common.time import Time
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
-from pyflink.datastream.state import (ListStateDescriptor, MapStateDescriptor,
-                                      ReducingStateDescriptor, StateTtlConfig,
-                                      ValueStateDescriptor)
+from pyflink.datastream.state import (
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateTtlConfig,
+    ValueStateDescriptor,
+)
 
 import _common
 

@@ -21,8 +21,7 @@ from pyflink.common import Duration, Row, Types, WatermarkStrategy
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from pyflink.datastream.functions import KeyedProcessFunction, RuntimeContext
-from pyflink.datastream.state import (ListStateDescriptor, MapStateDescriptor,
-                                      ValueStateDescriptor)
+from pyflink.datastream.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 
 import _common
 

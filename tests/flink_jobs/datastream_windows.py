@@ -28,8 +28,7 @@ from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from pyflink.datastream.functions import AggregateFunction
-from pyflink.datastream.window import (CountTrigger, GlobalWindows, PurgingTrigger,
-                                       TumblingEventTimeWindows)
+from pyflink.datastream.window import CountTrigger, GlobalWindows, PurgingTrigger, TumblingEventTimeWindows
 
 import _common
 

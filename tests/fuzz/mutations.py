@@ -50,7 +50,7 @@ class Case:
         return f"{self.fixture}/{self.file}@{self.offset}:{self.kind}{suffix}"
 
     @classmethod
-    def parse(cls, spec: str) -> "Case":
+    def parse(cls, spec: str) -> Case:
         try:
             target, mutation = spec.strip().split("@", 1)
             fixture, file = target.split("/", 1)

@@ -23,10 +23,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from statecat.readers.scan import scanner_for
+from statecat.statemeta.binary import DataInput
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.headers import header_end, read_keyed_header, read_operator_header, read_stream_bytes
 from statecat.statemeta.metadata import FileStream, KeyGroupsHandle, OperatorStreamHandle, read_metadata
-from statecat.statemeta.binary import DataInput
 from statecat.statemeta.model import KeyedLocation, load_state_meta
 from statecat.statemeta.snapshots import SnapshotReader
 from statecat.statemeta.storage import METADATA_FILE, open_storage
