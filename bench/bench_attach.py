@@ -27,8 +27,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 CASES_DIR = REPO / "tests" / "fixtures" / "cases"
-FIXTURE_CASES = ["sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_2.3", "sql_window_2.3", "sql_join_2.3",
-                 "sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_1.20"]
+FIXTURE_CASES = [
+    "sql_groupby_hashmap_2.3",
+    "sql_groupby_rocksdb_2.3",
+    "sql_window_2.3",
+    "sql_join_2.3",
+    "sql_groupby_hashmap_1.20",
+    "sql_groupby_rocksdb_1.20",
+]
 
 
 def build_root(root: Path, count: int) -> list[str]:
@@ -42,8 +48,9 @@ def build_root(root: Path, count: int) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=1000)
-    parser.add_argument("--eager-sample", type=int, default=10,
-                        help="savepoints to materialise eagerly for the per-savepoint cost")
+    parser.add_argument(
+        "--eager-sample", type=int, default=10, help="savepoints to materialise eagerly for the per-savepoint cost"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -72,8 +79,9 @@ def main(argv=None) -> int:
         assert len(paths) == args.count, len(paths)
 
         started = time.perf_counter()
-        spark = session(str(scratch / "home"),
-                        conf={"spark.log.level": "ERROR", "spark.ui.showConsoleProgress": "false"})
+        spark = session(
+            str(scratch / "home"), conf={"spark.log.level": "ERROR", "spark.ui.showConsoleProgress": "false"}
+        )
         spark.sql("SHOW DATABASES").collect()  # the metastore's first use creates its Derby schema
         figures["spark_session_and_metastore_start_s"] = round(time.perf_counter() - started, 2)
 

@@ -61,18 +61,34 @@ class Cluster:
         self.scratch = scratch
         self.processes: list[subprocess.Popen] = []
         self.port, self.ui_port = free_port(), free_port()
-        self.env = dict(os.environ, SPARK_LOCAL_IP=HOST, SPARK_LOG_DIR=str(scratch / "logs"),
-                        PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable))
+        self.env = dict(
+            os.environ,
+            SPARK_LOCAL_IP=HOST,
+            SPARK_LOG_DIR=str(scratch / "logs"),
+            PYSPARK_PYTHON=os.environ.get("PYSPARK_PYTHON", sys.executable),
+        )
         self.url = f"spark://{HOST}:{self.port}"
 
     def _start(self, name: str, command: list[str]) -> None:
         log = open(self.scratch / f"{name}.log", "w")
-        self.processes.append(subprocess.Popen(command, env=self.env, stdout=log,
-                                               stderr=subprocess.STDOUT, start_new_session=True))
+        self.processes.append(
+            subprocess.Popen(command, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        )
 
     def start_master(self) -> None:
-        self._start("master", [spark_class(), "org.apache.spark.deploy.master.Master", "--host", HOST,
-                               "--port", str(self.port), "--webui-port", str(self.ui_port)])
+        self._start(
+            "master",
+            [
+                spark_class(),
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                HOST,
+                "--port",
+                str(self.port),
+                "--webui-port",
+                str(self.ui_port),
+            ],
+        )
         self._wait(lambda state: state.get("status") == "ALIVE", "the master")
 
     def add_worker(self) -> None:
@@ -82,11 +98,30 @@ class Cluster:
         # Pinned to one CPU: the executor and its Python workers (the worker's children) inherit it,
         # so "one core" holds for the decoding Python process as well as the JVM reading its batches.
         cpu = (index - 1) % os.cpu_count()
-        self._start(f"worker-{index}", ["taskset", "-c", str(cpu), spark_class(), "org.apache.spark.deploy.worker.Worker",
-                                        "--host", HOST, "--cores", "1", "--memory", "3g",
-                                        "--webui-port", str(free_port()), "--work-dir", str(work), self.url])
-        self._wait(lambda state: sum(w["state"] == "ALIVE" for w in state.get("workers", ())) == index,
-                   f"worker {index}")
+        self._start(
+            f"worker-{index}",
+            [
+                "taskset",
+                "-c",
+                str(cpu),
+                spark_class(),
+                "org.apache.spark.deploy.worker.Worker",
+                "--host",
+                HOST,
+                "--cores",
+                "1",
+                "--memory",
+                "3g",
+                "--webui-port",
+                str(free_port()),
+                "--work-dir",
+                str(work),
+                self.url,
+            ],
+        )
+        self._wait(
+            lambda state: sum(w["state"] == "ALIVE" for w in state.get("workers", ())) == index, f"worker {index}"
+        )
 
     def _wait(self, ready, what: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -174,8 +209,12 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=13_500_000)
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "statecat-bench")
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--driver-nice", type=int, default=10,
-                        help="niceness of the driver's JVM and its Python planner (0: as started)")
+    parser.add_argument(
+        "--driver-nice",
+        type=int,
+        default=10,
+        help="niceness of the driver's JVM and its Python planner (0: as started)",
+    )
     args = parser.parse_args()
 
     savepoint = ensure_savepoint(args.dir, args.keys)
@@ -189,9 +228,18 @@ def main() -> None:
         cluster.add_worker()
         from statecat.catalog.servers.sessions import session
 
-        spark = session(str(scratch / "home"), master=cluster.url, quiet=True, conf={
-            "spark.driver.host": HOST, "spark.driver.bindAddress": HOST,
-            "spark.executor.cores": "1", "spark.cores.max": "2", "spark.executor.memory": "2g"})
+        spark = session(
+            str(scratch / "home"),
+            master=cluster.url,
+            quiet=True,
+            conf={
+                "spark.driver.host": HOST,
+                "spark.driver.bindAddress": HOST,
+                "spark.executor.cores": "1",
+                "spark.cores.max": "2",
+                "spark.executor.memory": "2g",
+            },
+        )
         wait_executors(spark, 1)
         table = state_table(spark, savepoint)
         lower_driver_priority(spark, args.driver_nice)
@@ -205,13 +253,19 @@ def main() -> None:
             raise SystemExit(f"two workers counted {rows_two} rows, one worker {rows}")
         one, two = min(one_times), min(two_times)
         one_median, two_median = statistics.median(one_times), statistics.median(two_times)
-        print(f"\nfull scan ({SCAN.format(table='...')}), {rows:,} rows in {partitions} partitions, "
-              f"standalone cluster on {HOST}, {args.repeat} scans after {one_warm} / {two_warm} warm-up scans:")
+        print(
+            f"\nfull scan ({SCAN.format(table='...')}), {rows:,} rows in {partitions} partitions, "
+            f"standalone cluster on {HOST}, {args.repeat} scans after {one_warm} / {two_warm} warm-up scans:"
+        )
         for label, times in (("1 worker  (1 core): ", one_times), ("2 workers (1 core each):", two_times)):
-            print(f"  {label} best {min(times):.2f} s = {rows / min(times) / 1e6:.2f} M rows/s, "
-                  f"median {statistics.median(times):.2f} s (all: {', '.join(f'{t:.2f}' for t in times)})")
-        print(f"  speed-up 1 -> 2 workers: {one / two:.2f} best to best, {one_median / two_median:.2f} median to "
-              f"median (target >= 1.7)")
+            print(
+                f"  {label} best {min(times):.2f} s = {rows / min(times) / 1e6:.2f} M rows/s, "
+                f"median {statistics.median(times):.2f} s (all: {', '.join(f'{t:.2f}' for t in times)})"
+            )
+        print(
+            f"  speed-up 1 -> 2 workers: {one / two:.2f} best to best, {one_median / two_median:.2f} median to "
+            f"median (target >= 1.7)"
+        )
     finally:
         if spark is not None:
             spark.stop()

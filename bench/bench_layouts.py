@@ -35,15 +35,26 @@ JAVA_REF = REPO.parent / "shared" / "bench" / "java-ref" / "run.sh"
 
 # layout -> (fixture case, params, what it holds). Sizes keep each generation to a few minutes.
 LAYOUTS = {
-    "sql_window": ("sql_window_2.3", {"keys": 100_000, "windows": 8, "delay_s": 900},
-                   "SQL window TVF: RowData key, slice-end namespace (long), SQL timers"),
-    "sql_join": ("sql_join_2.3", {"keys": 200_000, "a_rows": 900_000, "b_rows": 900_000},
-                 "SQL join: MapState RowData -> count and RowData -> RowData"),
-    "datastream_keyed": ("datastream_thread_2.3", {"keys": 200_000, "records": 800_000},
-                         "DataStream: Row key; Value, List, Map states of scalars; pickles; timers"),
-    "datastream_windows": ("datastream_windows_thread_2.3",
-                           {"windows": 100_000, "delay_s": 10_000_000, "global_count": 1_000_000_000},
-                           "DataStream windows: TimeWindow namespace (two longs), window timers"),
+    "sql_window": (
+        "sql_window_2.3",
+        {"keys": 100_000, "windows": 8, "delay_s": 900},
+        "SQL window TVF: RowData key, slice-end namespace (long), SQL timers",
+    ),
+    "sql_join": (
+        "sql_join_2.3",
+        {"keys": 200_000, "a_rows": 900_000, "b_rows": 900_000},
+        "SQL join: MapState RowData -> count and RowData -> RowData",
+    ),
+    "datastream_keyed": (
+        "datastream_thread_2.3",
+        {"keys": 200_000, "records": 800_000},
+        "DataStream: Row key; Value, List, Map states of scalars; pickles; timers",
+    ),
+    "datastream_windows": (
+        "datastream_windows_thread_2.3",
+        {"windows": 100_000, "delay_s": 10_000_000, "global_count": 1_000_000_000},
+        "DataStream windows: TimeWindow namespace (two longs), window timers",
+    ),
 }
 
 
@@ -95,8 +106,12 @@ def java_reference(path: Path, cache: Path, rerun: bool) -> dict:
         return json.loads(cache.read_text())
     env = {**os.environ, "PIN_CPU": "1"}
     env.setdefault("FLINK_VENV", str(Path.home() / ".cache" / "statecat" / "pyflink-2.3.0"))
-    subprocess.run(["bash", str(JAVA_REF), str(path), "--repeat", "3", "--materialize", "--json", str(cache)],
-                   check=True, stdout=sys.stderr, env=env)
+    subprocess.run(
+        ["bash", str(JAVA_REF), str(path), "--repeat", "3", "--materialize", "--json", str(cache)],
+        check=True,
+        stdout=sys.stderr,
+        env=env,
+    )
     return json.loads(cache.read_text())
 
 

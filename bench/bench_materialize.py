@@ -75,8 +75,10 @@ def main() -> None:
         written = result.snapshots[0]
         assert written.outcome == "written", written
         print(f"savepoint: {path} (keyed state streams {data_bytes / 1e6:.0f} MB)")
-        print(f"materialize: {written.rows:,} rows of {written.states} states in {seconds:.2f} s = "
-              f"{written.rows / seconds / 1e6:.2f} M rows/s, {data_bytes / 1e6 / seconds:.0f} MB/s (one process)")
+        print(
+            f"materialize: {written.rows:,} rows of {written.states} states in {seconds:.2f} s = "
+            f"{written.rows / seconds / 1e6:.2f} M rows/s, {data_bytes / 1e6 / seconds:.0f} MB/s (one process)"
+        )
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"peak resident memory after materialize: {peak:.0f} MB")
         lake_bytes = sum(f.stat().st_size for f in lake.rglob("*") if f.is_file())
@@ -92,7 +94,7 @@ def main() -> None:
             batches = reader.batches(MAIN_STATE, keys=keys)
             arrow = pa.RecordBatchReader.from_batches(reader.schema(MAIN_STATE), batches)
             live.register("accstate_live", arrow)
-            return (f"(SELECT '{snapshot_id}' AS snapshot_id, * FROM accstate_live)")
+            return f"(SELECT '{snapshot_id}' AS snapshot_id, * FROM accstate_live)"
 
         for name, keys in (("12_key_count_trend.sql", None), ("13_key_history.sql", [KEY])):
             sql = (QUERIES / name).read_text()
@@ -103,8 +105,10 @@ def main() -> None:
 
             live_s, live_rows = best(args.repeat, on_live)
             assert lake_rows == live_rows, (lake_rows, live_rows)
-            print(f"{name}: Delta (DuckDB) {lake_s * 1000:.0f} ms, live savepoint (statecat reader + DuckDB) "
-                  f"{live_s * 1000:.0f} ms, live/Delta {live_s / lake_s:.1f}x (best of {args.repeat})")
+            print(
+                f"{name}: Delta (DuckDB) {lake_s * 1000:.0f} ms, live savepoint (statecat reader + DuckDB) "
+                f"{live_s * 1000:.0f} ms, live/Delta {live_s / lake_s:.1f}x (best of {args.repeat})"
+            )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -52,6 +52,7 @@ GENERATE_CONF = {"taskmanager.memory.managed.size": "2g", "state.backend.rocksdb
 
 # --------------------------------------------------------------------------- the snapshot
 
+
 def write_phases(keys: int, p: dict, staging: Path, input_dir: Path):
     """The input of the three phases, written fast (numpy, a few lines per call): phase 1
     inserts keys - 2 * (keys // 20) keys in random order; phases 2 and 3 each add keys // 20 new
@@ -79,8 +80,15 @@ def write_phases(keys: int, p: dict, staging: Path, input_dir: Path):
             with open(d / f"part-{part}.csv", "w") as out:
                 for lo in range(part, ids.size, 1_000_000 * p["parallelism"]):
                     hi = lo + 1_000_000 * p["parallelism"]
-                    out.write("".join(map("key_{},{}\n".format, ids[lo:hi:p["parallelism"]].tolist(),
-                                          amounts[lo:hi:p["parallelism"]].tolist())))
+                    out.write(
+                        "".join(
+                            map(
+                                "key_{},{}\n".format,
+                                ids[lo : hi : p["parallelism"]].tolist(),
+                                amounts[lo : hi : p["parallelism"]].tolist(),
+                            )
+                        )
+                    )
         total += ids.size
         phases.append((d, total))
     p["records"] = total
@@ -99,12 +107,25 @@ def generate(directory: Path, keys: int) -> tuple[Path, dict]:
         started = time.monotonic()
         directory.mkdir(parents=True, exist_ok=True)
         done, p = fixtures.generate_successive_checkpoints(
-            GENERATED_CASE, directory, lambda p, staging, input_dir: write_phases(keys, p, staging, input_dir),
-            conf=GENERATE_CONF, key_start=10_000_000, seed=8)
+            GENERATED_CASE,
+            directory,
+            lambda p, staging, input_dir: write_phases(keys, p, staging, input_dir),
+            conf=GENERATE_CONF,
+            key_start=10_000_000,
+            seed=8,
+        )
         done.rename(case)
-        (case / GENERATED_INFO).write_text(json.dumps({
-            "keys": p["keys"], "records": p["records"], "params": p, "generate_s": time.monotonic() - started,
-            "checkpoint": f"checkpoints/{p['job_id']}/chk-{p['checkpoint_ids'][-1]}"}))
+        (case / GENERATED_INFO).write_text(
+            json.dumps(
+                {
+                    "keys": p["keys"],
+                    "records": p["records"],
+                    "params": p,
+                    "generate_s": time.monotonic() - started,
+                    "checkpoint": f"checkpoints/{p['job_id']}/chk-{p['checkpoint_ids'][-1]}",
+                }
+            )
+        )
     recorded = json.loads(info.read_text())
     # The incremental part: the last checkpoint's shared files that the earlier ones uploaded.
     job = case / "checkpoints" / recorded["params"]["job_id"]
@@ -133,6 +154,7 @@ def peak_rss_mb() -> float:
 
 # --------------------------------------------------------------------------- Flink's side
 
+
 class FlinkRestore:
     """bench/java-native/run.sh in the background, pinned to one core."""
 
@@ -142,8 +164,17 @@ class FlinkRestore:
         env = dict(os.environ)
         if cpu is not None:
             env["PIN_CPU"] = str(cpu)
-        cmd = ["bash", str(FLINK_RESTORE), str(snapshot), "--repeat", str(repeat), "--json", str(self.json),
-               "--work", str(work)]
+        cmd = [
+            "bash",
+            str(FLINK_RESTORE),
+            str(snapshot),
+            "--repeat",
+            str(repeat),
+            "--json",
+            str(self.json),
+            "--work",
+            str(work),
+        ]
         self.command = " ".join(cmd)
         with open(self.log, "w") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
@@ -181,8 +212,11 @@ def scan(snapshot: Path) -> tuple[int, float, dict]:
                 rows += batch.num_rows
             per_state[(op.id, state.name)] = rows
     if not per_state:
-        reasons = [f"{op.name or op.id}: {'; '.join(map(str, op.unsupported))}"
-                   for op in reader.meta.operators if op.unsupported]
+        reasons = [
+            f"{op.name or op.id}: {'; '.join(map(str, op.unsupported))}"
+            for op in reader.meta.operators
+            if op.unsupported
+        ]
         raise StatecatError("no keyed state to read" + (f" ({', '.join(reasons)})" if reasons else ""))
     return sum(per_state.values()), time.perf_counter() - started, per_state
 
@@ -194,9 +228,14 @@ def single_key(snapshot: Path, state: tuple[str, str], key: str) -> dict:
     opened = time.perf_counter()
     table = reader.table(state[1], state[0], keys=[key])
     done = time.perf_counter()
-    return {"open_s": opened - started, "read_s": done - opened, "rows": table.num_rows,
-            "state_bytes_read": reader.last_stats.bytes_read, "key_groups": reader.last_stats.key_groups,
-            "rchar": read_chars() - chars}
+    return {
+        "open_s": opened - started,
+        "read_s": done - opened,
+        "rows": table.num_rows,
+        "state_bytes_read": reader.last_stats.bytes_read,
+        "key_groups": reader.last_stats.key_groups,
+        "rchar": read_chars() - chars,
+    }
 
 
 def statecat_side(snapshot: Path, repeat: int, key: str | None) -> dict:
@@ -224,22 +263,35 @@ def statecat_side(snapshot: Path, repeat: int, key: str | None) -> dict:
 
 # --------------------------------------------------------------------------- report
 
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("snapshot", nargs="?", type=Path, help="chk-N or a NATIVE savepoint (directory with _metadata)")
-    parser.add_argument("--generate", type=Path, metavar="DIR", help="generate the snapshot into DIR first (with --keys)")
+    parser.add_argument(
+        "--generate", type=Path, metavar="DIR", help="generate the snapshot into DIR first (with --keys)"
+    )
     parser.add_argument("--keys", type=int, default=52_000_000, help="how many keys (--generate)")
     parser.add_argument("--repeat", type=int, default=3, help="measured passes of each side (best / median)")
-    parser.add_argument("--key", help="key of the single-key read (default: one the full scan read, from the "
-                        "middle of the biggest state's first batch)")
+    parser.add_argument(
+        "--key",
+        help="key of the single-key read (default: one the full scan read, from the "
+        "middle of the biggest state's first batch)",
+    )
     parser.add_argument("--statecat-cpu", type=int, default=0)
     parser.add_argument("--flink-cpu", type=int, default=1)
-    parser.add_argument("--concurrent", action="store_true",
-                        help="run Flink beside statecat (each on its core) instead of after it: quicker, but the two "
-                             "share caches and memory bandwidth (on this VM statecat measured ~1/3 slower so)")
+    parser.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="run Flink beside statecat (each on its core) instead of after it: quicker, but the two "
+        "share caches and memory bandwidth (on this VM statecat measured ~1/3 slower so)",
+    )
     parser.add_argument("--no-flink", action="store_true")
-    parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()),
-                        help="where Flink's restore puts its RocksDB instances (deleted after)")
+    parser.add_argument(
+        "--work",
+        type=Path,
+        default=Path(tempfile.gettempdir()),
+        help="where Flink's restore puts its RocksDB instances (deleted after)",
+    )
     args = parser.parse_args()
     generated, status = None, 0
     if args.generate:
@@ -260,9 +312,11 @@ def main() -> int:
     key = args.key
     print(f"snapshot: {snapshot}")
     if generated and "shared_files" in generated:
-        print(f"generated: {generated['keys']:,} keys from {generated['records']:,} input records in "
-              f"{generated['generate_s']:.0f} s; the checkpoint's {generated['shared_files']} shared files include "
-              f"{generated['shared_files_from_earlier']} uploaded by the earlier checkpoints")
+        print(
+            f"generated: {generated['keys']:,} keys from {generated['records']:,} input records in "
+            f"{generated['generate_s']:.0f} s; the checkpoint's {generated['shared_files']} shared files include "
+            f"{generated['shared_files_from_earlier']} uploaded by the earlier checkpoints"
+        )
 
     flink = None
     work = Path(tempfile.mkdtemp(prefix="flink-native-work-", dir=args.work))
@@ -283,9 +337,15 @@ def main() -> int:
     # the snapshot's bytes: _metadata (inline handles are inside it) and every file the keyed
     # handles name (a checkpoint's shared SSTs live outside chk-N); without Flink's figures, the directory
     snapshot_bytes = ref["metadata_bytes"] + ref["file_handle_bytes"] if ref else directory_bytes(snapshot)
-    print(f"snapshot bytes: {snapshot_bytes:,} ({snapshot_bytes / 1e6:.1f} MB"
-          + (f": _metadata {ref['metadata_bytes']:,} B with {ref['inline_handle_bytes']:,} B of inline handles, "
-             f"{ref['file_handles']} files of keyed handles)" if ref else ", the directory's files only)"))
+    print(
+        f"snapshot bytes: {snapshot_bytes:,} ({snapshot_bytes / 1e6:.1f} MB"
+        + (
+            f": _metadata {ref['metadata_bytes']:,} B with {ref['inline_handle_bytes']:,} B of inline handles, "
+            f"{ref['file_handles']} files of keyed handles)"
+            if ref
+            else ", the directory's files only)"
+        )
+    )
     mode = "concurrently" if args.concurrent else "one after the other"
     print(f"cores: statecat on cpu {args.statecat_cpu}, Flink on cpu {args.flink_cpu} ({mode})")
 
@@ -293,18 +353,24 @@ def main() -> int:
         print(f"statecat full scan: {mine['error']}")
     else:
         rate = mine["rows"] / mine["seconds"]
-        print(f"statecat full scan (every keyed state, opening included): {mine['rows']:,} rows in "
-              f"{mine['seconds']:.3f} s = {rate:,.0f} rows/s, {snapshot_bytes / 1e6 / mine['seconds']:.1f} MB/s of "
-              f"snapshot (best of {args.repeat})")
+        print(
+            f"statecat full scan (every keyed state, opening included): {mine['rows']:,} rows in "
+            f"{mine['seconds']:.3f} s = {rate:,.0f} rows/s, {snapshot_bytes / 1e6 / mine['seconds']:.1f} MB/s of "
+            f"snapshot (best of {args.repeat})"
+        )
         for (op_id, state), rows in mine["per_state"].items():
             print(f"  {state} ({op_id[:8]}): {rows:,} rows")
         if generated:
             verdict = "as the input implies" if mine["rows"] == generated["keys"] else "MISMATCH: the input implies"
-            print(f"  row count check: {mine['rows']:,} rows, {verdict} {generated['keys']:,} keys "
-                  f"(one row per key; the job's other states are empty)")
+            print(
+                f"  row count check: {mine['rows']:,} rows, {verdict} {generated['keys']:,} keys "
+                f"(one row per key; the job's other states are empty)"
+            )
             status = 0 if mine["rows"] == generated["keys"] else 1
-        print(f"statecat peak resident memory: {mine['rss_scan_mb']:.0f} MB after the scans "
-              f"({mine['rss_before_mb']:.0f} MB before them)")
+        print(
+            f"statecat peak resident memory: {mine['rss_scan_mb']:.0f} MB after the scans "
+            f"({mine['rss_before_mb']:.0f} MB before them)"
+        )
         one = mine.get("single_key")
         if one is None:
             print("single-key read: no key (the scan read no rows; give --key)")
@@ -312,11 +378,13 @@ def main() -> int:
             print(f"single-key read ({one['key']}): failed: {one['error']}")
         else:
             total = one["open_s"] + one["read_s"]
-            print(f"single-key read ({one['key']} in {one['state']}): {total * 1000:.0f} ms (opening "
-                  f"{one['open_s'] * 1000:.0f} ms, reading {one['read_s'] * 1000:.0f} ms), {one['rows']} row(s), "
-                  f"{one['key_groups']} key-group(s); state bytes read {one['state_bytes_read']:,} = "
-                  f"{one['state_bytes_read'] / snapshot_bytes:.3%} of the snapshot; all read() calls "
-                  f"{one['rchar']:,} B = {one['rchar'] / snapshot_bytes:.3%}")
+            print(
+                f"single-key read ({one['key']} in {one['state']}): {total * 1000:.0f} ms (opening "
+                f"{one['open_s'] * 1000:.0f} ms, reading {one['read_s'] * 1000:.0f} ms), {one['rows']} row(s), "
+                f"{one['key_groups']} key-group(s); state bytes read {one['state_bytes_read']:,} = "
+                f"{one['state_bytes_read'] / snapshot_bytes:.3%} of the snapshot; all read() calls "
+                f"{one['rchar']:,} B = {one['rchar'] / snapshot_bytes:.3%}"
+            )
 
     if ref is None:
         if not args.no_flink:
@@ -324,23 +392,29 @@ def main() -> int:
         return status
     sec = ref["seconds"]
     flink_rate = ref["entries_per_s"]
-    print(f"Flink's restore + iterate ({ref['handles']} native handles, {ref['transfer_threads']} transfer thread, "
-          f"median of {args.repeat} after a warm-up): {ref['entries']:,} entries, "
-          f"{ref['key_bytes'] + ref['value_bytes']:,} key+value bytes in {sec['total']:.3f} s = "
-          f"{flink_rate:,.0f} entries/s (metadata {sec['metadata']:.3f} s, transfer {sec['transfer']:.3f} s, "
-          f"open {sec['open']:.3f} s, iterate {sec['iterate']:.3f} s = {ref['iterate_entries_per_s']:,.0f} "
-          f"entries/s); JVM peak RSS {ref['peak_rss_bytes'] / 1e6:.0f} MB")
+    print(
+        f"Flink's restore + iterate ({ref['handles']} native handles, {ref['transfer_threads']} transfer thread, "
+        f"median of {args.repeat} after a warm-up): {ref['entries']:,} entries, "
+        f"{ref['key_bytes'] + ref['value_bytes']:,} key+value bytes in {sec['total']:.3f} s = "
+        f"{flink_rate:,.0f} entries/s (metadata {sec['metadata']:.3f} s, transfer {sec['transfer']:.3f} s, "
+        f"open {sec['open']:.3f} s, iterate {sec['iterate']:.3f} s = {ref['iterate_entries_per_s']:,.0f} "
+        f"entries/s); JVM peak RSS {ref['peak_rss_bytes'] / 1e6:.0f} MB"
+    )
     for s in ref["states"]:
         print(f"  {s['state']} ({s['kind']}): {s['entries']:,} entries")
     for note in ref["notes"]:
         print(f"  note: {note}")
     if "error" not in mine:
         if mine["rows"] != ref["entries"]:
-            print(f"note: statecat rows ({mine['rows']:,}) != Flink entries ({ref['entries']:,}): a LIST "
-                  "state's entry holds all its elements, a MAP state has one entry per user key")
-        print(f"statecat / Flink per core: {mine['rows'] / mine['seconds'] / flink_rate:.2f} "
-              f"(against Flink's iteration alone: "
-              f"{mine['rows'] / mine['seconds'] / ref['iterate_entries_per_s']:.2f})")
+            print(
+                f"note: statecat rows ({mine['rows']:,}) != Flink entries ({ref['entries']:,}): a LIST "
+                "state's entry holds all its elements, a MAP state has one entry per user key"
+            )
+        print(
+            f"statecat / Flink per core: {mine['rows'] / mine['seconds'] / flink_rate:.2f} "
+            f"(against Flink's iteration alone: "
+            f"{mine['rows'] / mine['seconds'] / ref['iterate_entries_per_s']:.2f})"
+        )
     else:
         print("statecat / Flink per core: - (statecat did not read the snapshot)")
     return status

@@ -94,8 +94,12 @@ def java_reference(path: Path, cpu: int | None) -> dict:
         env["PIN_CPU"] = str(1 - cpu)  # the other core of two, run after statecat's
     env.setdefault("FLINK_VENV", str(Path.home() / ".cache" / "statecat" / "pyflink-2.3.0"))
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        subprocess.run(["bash", str(JAVA_REF), str(path), "--repeat", "3", "--materialize", "--json", out.name],
-                       check=True, stdout=sys.stderr, env=env)
+        subprocess.run(
+            ["bash", str(JAVA_REF), str(path), "--repeat", "3", "--materialize", "--json", out.name],
+            check=True,
+            stdout=sys.stderr,
+            env=env,
+        )
         return json.loads(Path(out.name).read_text())
 
 
@@ -105,14 +109,19 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "statecat-bench")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--java-ref", action="store_true")
-    parser.add_argument("--states", default=f"{MAIN_STATE},each,all",
-                        help=f"which scans, comma-separated: {MAIN_STATE} (the table a query reads), each (every "
-                             "keyed state, one table at a time), all (every keyed state in one pass per operator)")
+    parser.add_argument(
+        "--states",
+        default=f"{MAIN_STATE},each,all",
+        help=f"which scans, comma-separated: {MAIN_STATE} (the table a query reads), each (every "
+        "keyed state, one table at a time), all (every keyed state in one pass per operator)",
+    )
     parser.add_argument("--cpu", type=int, default=None, help="pin statecat to this cpu (Flink's decoder: the other)")
     args = parser.parse_args()
     if args.java_ref and not JAVA_REF.exists():
-        parser.error(f"--java-ref needs Flink's decoder at {JAVA_REF} (the team's shared directory next to "
-                     "the repository, not part of a plain clone); run without --java-ref to measure statecat alone")
+        parser.error(
+            f"--java-ref needs Flink's decoder at {JAVA_REF} (the team's shared directory next to "
+            "the repository, not part of a plain clone); run without --java-ref to measure statecat alone"
+        )
 
     path = ensure_savepoint(args.dir, args.keys)
     size = savepoint_size(path)
@@ -122,24 +131,33 @@ def main() -> None:
         os.sched_setaffinity(0, {args.cpu})
     scan(path, "all")  # warm the page cache and numba's compiled-code cache
     rates = {}
-    labels = {MAIN_STATE: f"table scan ({MAIN_STATE})", "each": "every keyed state, one state at a time",
-              "all": "every keyed state, one pass per operator"}
+    labels = {
+        MAIN_STATE: f"table scan ({MAIN_STATE})",
+        "each": "every keyed state, one state at a time",
+        "all": "every keyed state, one pass per operator",
+    }
     for states in args.states.split(","):
         label = labels[states]
         rows, seconds = min((scan(path, states) for _ in range(args.repeat)), key=lambda r: r[1])
         rates[states] = rows / seconds
-        print(f"{label}: {rows:,} rows in {seconds:.2f} s = {rows / seconds / 1e6:.2f} M rows/s, "
-              f"{data_bytes / 1e6 / seconds:.0f} MB/s (one thread, best of {args.repeat})")
+        print(
+            f"{label}: {rows:,} rows in {seconds:.2f} s = {rows / seconds / 1e6:.2f} M rows/s, "
+            f"{data_bytes / 1e6 / seconds:.0f} MB/s (one thread, best of {args.repeat})"
+        )
     open_s, read_s, found = single_key(path, "key_662")
-    print(f"single-key read (key_662): {(open_s + read_s) * 1000:.0f} ms "
-          f"(opening the savepoint {open_s * 1000:.0f} ms, reading one key-group {read_s * 1000:.0f} ms), {found} row")
+    print(
+        f"single-key read (key_662): {(open_s + read_s) * 1000:.0f} ms "
+        f"(opening the savepoint {open_s * 1000:.0f} ms, reading one key-group {read_s * 1000:.0f} ms), {found} row"
+    )
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak resident memory: {peak:.0f} MB")
     if args.java_ref:
         ref = java_reference(path, args.cpu)
         java_rate = float(ref["entries_per_s"])
-        print(f"Flink's own decoder (--materialize): {ref['entries']:,} entries, {java_rate / 1e6:.2f} M entries/s, "
-              f"{float(ref['mb_per_s']):.0f} MB/s")
+        print(
+            f"Flink's own decoder (--materialize): {ref['entries']:,} entries, {java_rate / 1e6:.2f} M entries/s, "
+            f"{float(ref['mb_per_s']):.0f} MB/s"
+        )
         for states, rate in rates.items():
             print(f"statecat / Flink per core, {labels[states]}: {rate / java_rate:.2f}")
 

@@ -83,16 +83,20 @@ print(json.dumps({"seconds": seconds, "rows": rows, "peak_rss_kb": resource.getr
 def time_read(savepoint: Path) -> dict:
     """A full read of the state in a fresh process: its time (second pass) and the process's peak
     resident memory, which must not grow with the state (reads stream key-groups into batches)."""
-    out = subprocess.run([sys.executable, "-c", READ_CHILD, str(savepoint)], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", READ_CHILD, str(savepoint)], check=True, capture_output=True, text=True
+    ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--keys", default="2000,200000,1500000", help="comma-separated key counts")
-    ap.add_argument("--work", default=str(Path.home() / ".cache" / "statecat" / "bench-snapshot"),
-                    help="where generated savepoints are kept between runs")
+    ap.add_argument(
+        "--work",
+        default=str(Path.home() / ".cache" / "statecat" / "bench-snapshot"),
+        help="where generated savepoints are kept between runs",
+    )
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--read", action="store_true", help="also time a full read of the state, for contrast")
     ap.add_argument("--max-ratio", type=float, default=3.0)
@@ -105,18 +109,26 @@ def main(argv=None) -> int:
         if not rows:  # warm-up, not timed: imports and compiled code load once, on the first savepoint
             time_snapshot(savepoint, 1)
         seconds, doc = time_snapshot(savepoint, a.runs)
-        row = {"keys": keys, "state_bytes": _du(savepoint) - (savepoint / "_metadata").stat().st_size,
-               "metadata_bytes": (savepoint / "_metadata").stat().st_size,
-               "files": sum(1 for p in savepoint.iterdir() if p.name != "_metadata"),
-               "snapshot_ms": round(seconds * 1000, 2),
-               "states": sum(len(op["states"]) for op in doc["operators"])}
+        row = {
+            "keys": keys,
+            "state_bytes": _du(savepoint) - (savepoint / "_metadata").stat().st_size,
+            "metadata_bytes": (savepoint / "_metadata").stat().st_size,
+            "files": sum(1 for p in savepoint.iterdir() if p.name != "_metadata"),
+            "snapshot_ms": round(seconds * 1000, 2),
+            "states": sum(len(op["states"]) for op in doc["operators"]),
+        }
         if a.read:
             read = time_read(savepoint)
-            row.update(read_ms=round(read["seconds"] * 1000, 1), rows=read["rows"],
-                       read_peak_rss_mb=round(read["peak_rss_kb"] / 1024))
+            row.update(
+                read_ms=round(read["seconds"] * 1000, 1),
+                rows=read["rows"],
+                read_peak_rss_mb=round(read["peak_rss_kb"] / 1024),
+            )
         rows.append(row)
-    print(f"{'keys':>10} {'state MiB':>10} {'files':>6} {'snapshot ms':>12}"
-          + (f" {'read ms':>10} {'read peak RSS MB':>17}" if a.read else ""))
+    print(
+        f"{'keys':>10} {'state MiB':>10} {'files':>6} {'snapshot ms':>12}"
+        + (f" {'read ms':>10} {'read peak RSS MB':>17}" if a.read else "")
+    )
     for r in rows:
         line = f"{r['keys']:>10} {r['state_bytes'] / 2**20:>10.2f} {r['files']:>6} {r['snapshot_ms']:>12.2f}"
         if a.read:
@@ -124,8 +136,11 @@ def main(argv=None) -> int:
         print(line)
     ratio = rows[-1]["snapshot_ms"] / rows[0]["snapshot_ms"]
     size_ratio = rows[-1]["state_bytes"] / max(rows[0]["state_bytes"], 1)
-    print(json.dumps({"bench": "snapshot", "rows": rows, "size_ratio": round(size_ratio, 1),
-                      "time_ratio": round(ratio, 2)}))
+    print(
+        json.dumps(
+            {"bench": "snapshot", "rows": rows, "size_ratio": round(size_ratio, 1), "time_ratio": round(ratio, 2)}
+        )
+    )
     if ratio > a.max_ratio:
         print(f"snapshot time grew {ratio:.1f}x for {size_ratio:.0f}x the state", file=sys.stderr)
         return 1

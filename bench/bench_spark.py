@@ -79,8 +79,16 @@ def stage_split(spark, since_stage: int) -> dict:
     app = spark.sparkContext.applicationId
     with urllib.request.urlopen(f"{ui}/api/v1/applications/{app}/stages?details=false") as response:
         stages = json.load(response)
-    keys = ("numTasks", "executorRunTime", "executorCpuTime", "executorDeserializeTime", "jvmGcTime",
-            "resultSerializationTime", "inputBytes", "inputRecords")
+    keys = (
+        "numTasks",
+        "executorRunTime",
+        "executorCpuTime",
+        "executorDeserializeTime",
+        "jvmGcTime",
+        "resultSerializationTime",
+        "inputBytes",
+        "inputRecords",
+    )
     total = dict.fromkeys(keys, 0)
     for stage in stages:
         if stage["stageId"] > since_stage and stage["status"] == "COMPLETE":
@@ -92,8 +100,11 @@ def stage_split(spark, since_stage: int) -> dict:
 
 def last_stage(spark) -> int:
     tracker = spark.sparkContext.statusTracker()
-    ids = [s for job in tracker.getJobIdsForGroup() for s in (tracker.getJobInfo(job).stageIds if
-                                                               tracker.getJobInfo(job) else ())]
+    ids = [
+        s
+        for job in tracker.getJobIdsForGroup()
+        for s in (tracker.getJobInfo(job).stageIds if tracker.getJobInfo(job) else ())
+    ]
     return max(ids, default=-1)
 
 
@@ -122,8 +133,11 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark settings")
     parser.add_argument("--profile", action="store_true", help="print the task time split of each query")
-    parser.add_argument("--jvm-profile", action="store_true",
-                        help="then sample the JVM's task threads over --repeat more scans of each (JFR; needs a JDK)")
+    parser.add_argument(
+        "--jvm-profile",
+        action="store_true",
+        help="then sample the JVM's task threads over --repeat more scans of each (JFR; needs a JDK)",
+    )
     args = parser.parse_args()
 
     savepoint = ensure_savepoint(args.dir, args.keys)
@@ -148,17 +162,21 @@ def main() -> None:
     try:
         started = time.perf_counter()
         table = state_table(spark, savepoint)
-        print(f"attached in {time.perf_counter() - started:.1f} s: {table}; "
-              f"{spark.table(table).rdd.getNumPartitions()} Spark partitions")
+        print(
+            f"attached in {time.perf_counter() - started:.1f} s: {table}; "
+            f"{spark.table(table).rdd.getNumPartitions()} Spark partitions"
+        )
         copy = parquet_copy(spark, table, case_dir / "parquet")
         parquet_bytes = sum(f.stat().st_size for f in (case_dir / "parquet").glob("*.parquet"))
         print(f"parquet copy: {parquet_bytes / 1e6:.0f} MB, {spark.table(copy).rdd.getNumPartitions()} partitions")
 
         results = {}
         for name, template in (("scan", SCAN), ("point", POINT)):
-            queries = {"savepoint": template.format(table=table, key=POINT_KEY),
-                       ROW_WISE: template.format(table=table, key=POINT_KEY),
-                       "parquet": template.format(table=copy, key=POINT_KEY)}
+            queries = {
+                "savepoint": template.format(table=table, key=POINT_KEY),
+                ROW_WISE: template.format(table=table, key=POINT_KEY),
+                "parquet": template.format(table=copy, key=POINT_KEY),
+            }
             answers = {side: timed(spark, sql, side)[1] for side, sql in queries.items()}  # warm-up
             if len({repr(a) for a in answers.values()}) != 1:
                 raise SystemExit(f"{name}: the savepoint and its Parquet copy disagree: {answers}")
@@ -181,19 +199,31 @@ def main() -> None:
         rows = answer[0][0]
         print(f"\nfull scan ({SCAN.format(table='...')}), {rows:,} rows, {args.master}, best of {args.repeat}:")
         for side in best:
-            print(f"  {side:9}: {best[side]:.2f} s = {rows / best[side] / 1e6:.2f} M rows/s, "
-                  f"{best[side] / best['parquet']:.2f}x parquet")
+            print(
+                f"  {side:9}: {best[side]:.2f} s = {rows / best[side] / 1e6:.2f} M rows/s, "
+                f"{best[side] / best['parquet']:.2f}x parquet"
+            )
         print(f"  savepoint / parquet: {best['savepoint'] / best['parquet']:.2f} (target <= 1.5)")
         best, _ = results["point"]
-        print(f"single key (WHERE key = '{POINT_KEY}'): savepoint {best['savepoint'] * 1000:.0f} ms, "
-              f"row-wise {best[ROW_WISE] * 1000:.0f} ms, parquet {best['parquet'] * 1000:.0f} ms, "
-              f"ratio {best['savepoint'] / best['parquet']:.2f}")
+        print(
+            f"single key (WHERE key = '{POINT_KEY}'): savepoint {best['savepoint'] * 1000:.0f} ms, "
+            f"row-wise {best[ROW_WISE] * 1000:.0f} ms, parquet {best['parquet'] * 1000:.0f} ms, "
+            f"ratio {best['savepoint'] / best['parquet']:.2f}"
+        )
         if args.jvm_profile:
             from jvm_profile import print_profiles, profile
 
-            print_profiles({side: profile(spark, lambda table=source, side=side: [
-                timed(spark, SCAN.format(table=table), side) for _ in range(args.repeat)])
-                for side, source in (("savepoint", table), (ROW_WISE, table), ("parquet", copy))})
+            print_profiles(
+                {
+                    side: profile(
+                        spark,
+                        lambda table=source, side=side: [
+                            timed(spark, SCAN.format(table=table), side) for _ in range(args.repeat)
+                        ],
+                    )
+                    for side, source in (("savepoint", table), (ROW_WISE, table), ("parquet", copy))
+                }
+            )
     finally:
         spark.stop()
         import shutil

@@ -47,6 +47,7 @@ MAX_RESTARTS = 200
 
 # ----------------------------------------------------------------------------- the child
 
+
 def child(args) -> None:
     import atheris
 
@@ -72,7 +73,9 @@ def child(args) -> None:
     def record(outcome: str, error: BaseException, data: bytes) -> None:
         frames = traceback.extract_tb(error.__traceback__)
         located = [repo_path(f"{f.filename}:{f.lineno} in {f.name}") for f in frames]
-        source = next((f for f in reversed(located) if f), f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?")
+        source = next(
+            (f for f in reversed(located) if f), f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+        )
         kind = f"{type(error).__module__}.{type(error).__qualname__}".removeprefix("builtins.")
         key = f"{outcome}|{kind}|{source.split(' in ')[0]}"
         found = status["classes"].setdefault(key, {"count": 0})
@@ -80,8 +83,11 @@ def child(args) -> None:
         if "example" not in found:
             example = artifacts / f"{args.child}-{outcome}-{os.getpid()}-{len(status['classes'])}"
             example.write_bytes(data)
-            found.update(example=str(example), message=str(error)[:300],
-                         frames=[f or f"{x.filename}:{x.lineno} in {x.name}" for f, x in zip(located, frames)][-6:])
+            found.update(
+                example=str(example),
+                message=str(error)[:300],
+                frames=[f or f"{x.filename}:{x.lineno} in {x.name}" for f, x in zip(located, frames)][-6:],
+            )
         write_status()
 
     def test_one_input(data: bytes) -> None:
@@ -99,14 +105,25 @@ def child(args) -> None:
             write_status()
 
     write_status()
-    atheris.Setup([sys.argv[0], f"-runs={args.runs}", f"-timeout={int(args.timeout)}",
-                   f"-rss_limit_mb={args.memory_mb}", f"-malloc_limit_mb={args.memory_mb}",
-                   f"-max_len={args.max_len}", f"-artifact_prefix={artifacts}/{args.child}-", "-print_final_stats=1",
-                   args.corpus], test_one_input)
+    atheris.Setup(
+        [
+            sys.argv[0],
+            f"-runs={args.runs}",
+            f"-timeout={int(args.timeout)}",
+            f"-rss_limit_mb={args.memory_mb}",
+            f"-malloc_limit_mb={args.memory_mb}",
+            f"-max_len={args.max_len}",
+            f"-artifact_prefix={artifacts}/{args.child}-",
+            "-print_final_stats=1",
+            args.corpus,
+        ],
+        test_one_input,
+    )
     atheris.Fuzz()
 
 
 # ----------------------------------------------------------------------------- the parent
+
 
 def fuzz_target(name: str, runs: int, work: Path, args) -> dict:
     """Runs one target to ``runs`` executions, restarting its child after each crash/timeout/OOM."""
@@ -121,17 +138,43 @@ def fuzz_target(name: str, runs: int, work: Path, args) -> dict:
     for i, seed in enumerate(seeds):
         (corpus / f"seed-{i:05d}").write_bytes(seed)
     max_len = max(len(s) for s in seeds) * 2
-    totals = {"target": name, "seeds": len(seeds), "execs": 0, "ok": 0, "statecat_error": 0, "classes": {},
-              "restarts": 0, "seconds": 0.0}
+    totals = {
+        "target": name,
+        "seeds": len(seeds),
+        "execs": 0,
+        "ok": 0,
+        "statecat_error": 0,
+        "classes": {},
+        "restarts": 0,
+        "seconds": 0.0,
+    }
     started = time.monotonic()
     log = work / name / "child.log"
     while totals["execs"] < runs and totals["restarts"] <= MAX_RESTARTS:
         status_file = work / name / "status.json"
         before = set(artifacts.iterdir())
-        command = [sys.executable, str(Path(__file__).resolve()), "--child", name, "--runs", str(runs - totals["execs"]),
-                   "--corpus", str(corpus), "--artifacts", str(artifacts), "--status", str(status_file),
-                   "--scratch", str(scratch), "--timeout", str(args.timeout), "--memory-mb", str(args.memory_mb),
-                   "--max-len", str(max_len)]
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--child",
+            name,
+            "--runs",
+            str(runs - totals["execs"]),
+            "--corpus",
+            str(corpus),
+            "--artifacts",
+            str(artifacts),
+            "--status",
+            str(status_file),
+            "--scratch",
+            str(scratch),
+            "--timeout",
+            str(args.timeout),
+            "--memory-mb",
+            str(args.memory_mb),
+            "--max-len",
+            str(max_len),
+        ]
         with open(log, "ab") as output:
             code = subprocess.run(command, stdout=output, stderr=output, cwd=REPO).returncode
         status = json.loads(status_file.read_text()) if status_file.exists() else {"execs": 0}
@@ -160,8 +203,10 @@ def fuzz_target(name: str, runs: int, work: Path, args) -> dict:
         if code != 0:
             totals["restarts"] += 1
             if not new and status.get("execs", 0) == 0:
-                raise RuntimeError(f"the {name} fuzz child failed before running anything; see {log}:\n"
-                                   + log.read_text(errors="replace")[-3000:])
+                raise RuntimeError(
+                    f"the {name} fuzz child failed before running anything; see {log}:\n"
+                    + log.read_text(errors="replace")[-3000:]
+                )
     totals["seconds"] = time.monotonic() - started
     return totals
 
@@ -171,8 +216,13 @@ def _replay_frames(name: str, artifact: Path) -> list[str]:
     from tests.fuzz.runner import fault_frames
 
     try:
-        done = subprocess.run([sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()), "--replay", name,
-                               str(artifact)], capture_output=True, text=True, timeout=120, cwd=REPO)
+        done = subprocess.run(
+            [sys.executable, "-X", "faulthandler", str(Path(__file__).resolve()), "--replay", name, str(artifact)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
     except subprocess.TimeoutExpired:
         return []
     return fault_frames(done.stderr)
@@ -187,8 +237,11 @@ def replay(name: str, path: str) -> None:
 
 
 def report(results: list[dict]) -> int:
-    print(f"{'target':<10} {'seeds':>6} {'executions':>11} {'exec/s':>8} {'ok':>9} {'statecat':>9} "
-          + " ".join(f"{k:>9}" for k in FINDING_KINDS) + "  restarts")
+    print(
+        f"{'target':<10} {'seeds':>6} {'executions':>11} {'exec/s':>8} {'ok':>9} {'statecat':>9} "
+        + " ".join(f"{k:>9}" for k in FINDING_KINDS)
+        + "  restarts"
+    )
     total_execs = total_findings = 0
     for r in results:
         kinds = dict.fromkeys(FINDING_KINDS, 0)
@@ -197,13 +250,18 @@ def report(results: list[dict]) -> int:
         total_execs += r["execs"]
         total_findings += sum(kinds.values())
         rate = r["execs"] / r["seconds"] if r["seconds"] else 0
-        print(f"{r['target']:<10} {r['seeds']:>6} {r['execs']:>11,} {rate:>8.0f} {r['ok']:>9,} {r['statecat_error']:>9,} "
-              + " ".join(f"{kinds[k]:>9,}" for k in FINDING_KINDS) + f"  {r['restarts']:>8}")
+        print(
+            f"{r['target']:<10} {r['seeds']:>6} {r['execs']:>11,} {rate:>8.0f} {r['ok']:>9,} {r['statecat_error']:>9,} "
+            + " ".join(f"{kinds[k]:>9,}" for k in FINDING_KINDS)
+            + f"  {r['restarts']:>8}"
+        )
     print(f"total: {total_execs:,} executions, {total_findings} findings")
     for r in results:
         for key, found in sorted(r["classes"].items(), key=lambda item: -item[1]["count"]):
             outcome, kind, source = key.split("|")
-            print(f"  {r['target']}: {found['count']} x {outcome} {kind} at {source}: {(found.get('message') or '')[:160]}")
+            print(
+                f"  {r['target']}: {found['count']} x {outcome} {kind} at {source}: {(found.get('message') or '')[:160]}"
+            )
             for frame in found.get("frames") or []:
                 print(f"      {frame}")
             print(f"      replay: .venv/bin/python bench/fuzz_atheris.py --replay {r['target']} {found.get('example')}")
@@ -238,11 +296,14 @@ def main() -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="statecat-atheris-") as work:
         with ThreadPoolExecutor(max_workers=max(1, args.workers)) as pool:
-            futures = [pool.submit(fuzz_target, n, max(1, int(BUDGET[n] * args.scale)), Path(work), args)
-                       for n in names]
+            futures = [
+                pool.submit(fuzz_target, n, max(1, int(BUDGET[n] * args.scale)), Path(work), args) for n in names
+            ]
             results = [f.result() for f in futures]
-    print(f"atheris run: {time.monotonic() - started:.0f} s wall, {args.workers} targets at a time, "
-          f"timeout {args.timeout:.0f} s, memory limit {args.memory_mb} MB; finding inputs in {args.artifacts}")
+    print(
+        f"atheris run: {time.monotonic() - started:.0f} s wall, {args.workers} targets at a time, "
+        f"timeout {args.timeout:.0f} s, memory limit {args.memory_mb} MB; finding inputs in {args.artifacts}"
+    )
     code = report(results)
     if not any(Path(args.artifacts).iterdir()):
         os.rmdir(args.artifacts)

@@ -42,15 +42,16 @@ def main() -> int:
     parser.add_argument("--details", action="store_true", help="print every finding with its traceback")
     args = parser.parse_args()
 
-    cases = generate(args.seed, args.first + args.cases)[args.first:]
+    cases = generate(args.seed, args.first + args.cases)[args.first :]
     step = max(1, len(cases) // 20)
 
     def progress(done: int) -> None:
         if done % step == 0:
             print(f"  {done}/{len(cases)}", file=sys.stderr, flush=True)
 
-    report = run_cases(cases, workers=args.workers, timeout=args.timeout, memory=args.memory_mb << 20,
-                       progress=progress)
+    report = run_cases(
+        cases, workers=args.workers, timeout=args.timeout, memory=args.memory_mb << 20, progress=progress
+    )
     print(f"seed {args.seed}, cases {args.first}..{args.first + args.cases - 1}: {report.summary()}")
     for line in baseline_findings(report.baseline):
         print(f"PRISTINE FIXTURE FINDING: {line}")

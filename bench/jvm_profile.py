@@ -37,22 +37,30 @@ def profile(spark, run: Callable[[], None]) -> dict[str, int]:
         # Spark's task stacks run deeper than JFR's default 64 frames, which cuts off the frames
         # near the root that several categories are named by.
         subprocess.run([jcmd, pid, "JFR.configure", "stackdepth=512"], check=True, capture_output=True)
-        subprocess.run([jcmd, pid, "JFR.start", "name=statecat-bench", "settings=profile"], check=True,
-                       capture_output=True)
+        subprocess.run(
+            [jcmd, pid, "JFR.start", "name=statecat-bench", "settings=profile"], check=True, capture_output=True
+        )
         try:
             run()
-            subprocess.run([jcmd, pid, "JFR.dump", "name=statecat-bench", f"filename={recording}"], check=True,
-                           capture_output=True)
+            subprocess.run(
+                [jcmd, pid, "JFR.dump", "name=statecat-bench", f"filename={recording}"], check=True, capture_output=True
+            )
         finally:
             subprocess.run([jcmd, pid, "JFR.stop", "name=statecat-bench"], capture_output=True)
-        printed = subprocess.run([_jdk_tool("jfr"), "print", "--json", "--events", "jdk.ExecutionSample",
-                                  str(recording)], check=True, capture_output=True, text=True).stdout
+        printed = subprocess.run(
+            [_jdk_tool("jfr"), "print", "--json", "--events", "jdk.ExecutionSample", str(recording)],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     counts: Counter[str] = Counter()
     for event in json.loads(printed)["recording"]["events"]:
         thread = event["values"]["sampledThread"]
         if "task" not in (thread.get("javaName") or ""):  # "Executor task launch worker for task …"
             continue
-        stack = [f"{f['method']['type']['name']}.{f['method']['name']}" for f in event["values"]["stackTrace"]["frames"]]
+        stack = [
+            f"{f['method']['type']['name']}.{f['method']['name']}" for f in event["values"]["stackTrace"]["frames"]
+        ]
         frames = set(stack)
         counts["total"] += 1
         if event["values"]["stackTrace"].get("truncated"):

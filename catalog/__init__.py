@@ -17,9 +17,12 @@ Spark is imported on first use only, so the CLI's reader commands start without 
 """
 
 _EXPORTS = {
-    "attach": "spark.databases", "materialise": "spark.databases", "AttachResult": "spark.databases",
+    "attach": "spark.databases",
+    "materialise": "spark.databases",
+    "AttachResult": "spark.databases",
     "EAGER_LIMIT": "spark.databases",
-    "sql": "spark.queries", "prepare": "spark.queries",
+    "sql": "spark.queries",
+    "prepare": "spark.queries",
     "session": "servers.sessions",
     "REGISTRY_TABLE": "spark.registry",
 }

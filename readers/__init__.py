@@ -29,8 +29,17 @@ from statecat.statemeta.descriptors import apply_descriptors, with_pyflink_pickl
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
 
-__all__ = ["SavepointReader", "Partition", "ReadStats", "StatecatError", "key_group_for", "KeyView", "key_history",
-           "SavepointDiff", "diff_savepoints"]
+__all__ = [
+    "SavepointReader",
+    "Partition",
+    "ReadStats",
+    "StatecatError",
+    "key_group_for",
+    "KeyView",
+    "key_history",
+    "SavepointDiff",
+    "diff_savepoints",
+]
 
 
 @dataclass(frozen=True)
@@ -68,9 +77,16 @@ class SavepointReader:
         op, info = self.find(state, operator)
         return {key_group_for(k, info.key, op.max_parallelism) for k in keys}
 
-    def batches(self, state: str, operator: str | None = None, *, keys: Sequence | None = None,
-                key_groups: set[int] | None = None, subtasks: set[int] | None = None,
-                batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    def batches(
+        self,
+        state: str,
+        operator: str | None = None,
+        *,
+        keys: Sequence | None = None,
+        key_groups: set[int] | None = None,
+        subtasks: set[int] | None = None,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+    ) -> Iterator[pa.RecordBatch]:
         """Rows of one state. ``keys`` reads only the key-groups that can hold them, then filters."""
         op, info = self.find(state, operator)
         scanner = scanner_for(self.meta, op, info, unpickle=self.unpickle)
@@ -83,13 +99,18 @@ class SavepointReader:
             wanted = {key_group_for(k, info.key, op.max_parallelism) for k in keys}
             key_groups = wanted if key_groups is None else key_groups & wanted
         if key_groups is not None:
-            locations = [loc for loc in locations
-                         if any(loc.holds_key_group(g) for g in key_groups)]
+            locations = [loc for loc in locations if any(loc.holds_key_group(g) for g in key_groups)]
         yield from scanner.batches(locations, key_groups=key_groups, batch_rows=batch_rows, keys=keys)
 
-    def operator_batches(self, operator: str, states: Sequence[str] | None = None, *,
-                         key_groups: set[int] | None = None, subtasks: set[int] | None = None,
-                         batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[tuple[str, pa.RecordBatch]]:
+    def operator_batches(
+        self,
+        operator: str,
+        states: Sequence[str] | None = None,
+        *,
+        key_groups: set[int] | None = None,
+        subtasks: set[int] | None = None,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
         """(state name, batch) of several states of one operator (default: all of them), each
         keyed key-group's bytes read and walked once for all its states (``OperatorKeyedScan``).
         Each state gets the rows ``batches`` gives it, in the same order; batches of different
@@ -129,23 +150,36 @@ class SavepointReader:
             raise key_not_coercible_error(key, [view])
         return view
 
-    def partitions(self, state: str, operator: str | None = None, key_groups: set[int] | None = None) -> list[Partition]:
+    def partitions(
+        self, state: str, operator: str | None = None, key_groups: set[int] | None = None
+    ) -> list[Partition]:
         op, info = self.find(state, operator)
         parts = []
         for loc in info.locations:
             if info.is_keyed:
-                groups = tuple(g for g in range(loc.start_key_group, loc.start_key_group + loc.num_key_groups)
-                               if key_groups is None or g in key_groups)
+                groups = tuple(
+                    g
+                    for g in range(loc.start_key_group, loc.start_key_group + loc.num_key_groups)
+                    if key_groups is None or g in key_groups
+                )
                 if key_groups is not None and not groups:
                     continue
-                parts.append(Partition(self.meta.path, op.id, info.name, loc.subtask,
-                                       groups if key_groups is not None else None))
+                parts.append(
+                    Partition(self.meta.path, op.id, info.name, loc.subtask, groups if key_groups is not None else None)
+                )
             else:
                 parts.append(Partition(self.meta.path, op.id, info.name, loc.subtask))
         return parts
 
-    def read_partition(self, partition: Partition, *, keys: Sequence | None = None,
-                       batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    def read_partition(
+        self, partition: Partition, *, keys: Sequence | None = None, batch_rows: int = DEFAULT_BATCH_ROWS
+    ) -> Iterator[pa.RecordBatch]:
         key_groups = set(partition.key_groups) if partition.key_groups is not None else None
-        yield from self.batches(partition.state, partition.operator_id, keys=keys, key_groups=key_groups,
-                                subtasks={partition.subtask}, batch_rows=batch_rows)
+        yield from self.batches(
+            partition.state,
+            partition.operator_id,
+            keys=keys,
+            key_groups=key_groups,
+            subtasks={partition.subtask},
+            batch_rows=batch_rows,
+        )

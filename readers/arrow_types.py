@@ -12,18 +12,52 @@ TIMESTAMP = pa.timestamp("us")
 TIMESTAMP_UTC = pa.timestamp("us", tz="UTC")
 
 _SCALARS = {
-    "boolean": pa.bool_(), "byte": pa.int8(), "short": pa.int16(), "int": pa.int32(), "long": pa.int64(),
-    "float": pa.float32(), "double": pa.float64(), "char": pa.string(), "string": pa.string(),
-    "bytes": pa.binary(), "void": pa.string(), "void_namespace": pa.string(), "global_window": pa.string(),
-    "bigint": pa.string(), "bigdec": pa.string(), "sql_date": pa.date32(), "sql_time": pa.string(),
-    "sql_timestamp": TIMESTAMP, "date": TIMESTAMP_UTC, "instant": TIMESTAMP_UTC, "local_date": pa.date32(),
-    "local_time": pa.string(), "local_datetime": TIMESTAMP, "enum": pa.string(), "string_data": pa.string(),
-    "raw": pa.binary(), "pickled": pa.string(), "timestamp_data": TIMESTAMP, "timer": pa.int64(),
-    "CHAR": pa.string(), "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(), "BINARY": pa.binary(),
-    "VARBINARY": pa.binary(), "TINYINT": pa.int8(), "SMALLINT": pa.int16(), "INTEGER": pa.int32(),
-    "BIGINT": pa.int64(), "FLOAT": pa.float32(), "DOUBLE": pa.float64(), "DATE": pa.date32(),
-    "TIME_WITHOUT_TIME_ZONE": pa.string(), "TIMESTAMP_WITHOUT_TIME_ZONE": TIMESTAMP,
-    "TIMESTAMP_WITH_LOCAL_TIME_ZONE": TIMESTAMP_UTC, "RAW": pa.binary(), "NULL": pa.string(),
+    "boolean": pa.bool_(),
+    "byte": pa.int8(),
+    "short": pa.int16(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "char": pa.string(),
+    "string": pa.string(),
+    "bytes": pa.binary(),
+    "void": pa.string(),
+    "void_namespace": pa.string(),
+    "global_window": pa.string(),
+    "bigint": pa.string(),
+    "bigdec": pa.string(),
+    "sql_date": pa.date32(),
+    "sql_time": pa.string(),
+    "sql_timestamp": TIMESTAMP,
+    "date": TIMESTAMP_UTC,
+    "instant": TIMESTAMP_UTC,
+    "local_date": pa.date32(),
+    "local_time": pa.string(),
+    "local_datetime": TIMESTAMP,
+    "enum": pa.string(),
+    "string_data": pa.string(),
+    "raw": pa.binary(),
+    "pickled": pa.string(),
+    "timestamp_data": TIMESTAMP,
+    "timer": pa.int64(),
+    "CHAR": pa.string(),
+    "VARCHAR": pa.string(),
+    "BOOLEAN": pa.bool_(),
+    "BINARY": pa.binary(),
+    "VARBINARY": pa.binary(),
+    "TINYINT": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "FLOAT": pa.float32(),
+    "DOUBLE": pa.float64(),
+    "DATE": pa.date32(),
+    "TIME_WITHOUT_TIME_ZONE": pa.string(),
+    "TIMESTAMP_WITHOUT_TIME_ZONE": TIMESTAMP,
+    "TIMESTAMP_WITH_LOCAL_TIME_ZONE": TIMESTAMP_UTC,
+    "RAW": pa.binary(),
+    "NULL": pa.string(),
 }
 
 
@@ -33,10 +67,12 @@ def arrow_type(desc: TypeDescriptor) -> pa.DataType:
         return _SCALARS[kind]
     if kind in ("decimal_data", "DECIMAL"):
         precision, scale = desc.attr("precision"), desc.attr("scale")
-        if not (isinstance(precision, int) and isinstance(scale, int) and 0 <= scale <= precision <= 38
-                and precision > 0):
-            raise TypeError(f"no Arrow type for {desc.describe()}: Flink's DECIMAL has 1 to 38 digits and a scale "
-                            f"within them")
+        if not (
+            isinstance(precision, int) and isinstance(scale, int) and 0 <= scale <= precision <= 38 and precision > 0
+        ):
+            raise TypeError(
+                f"no Arrow type for {desc.describe()}: Flink's DECIMAL has 1 to 38 digits and a scale within them"
+            )
         return pa.decimal128(precision, scale)
     if kind in ("nullable", "ttl", "external", "raw_value", "pyflink"):
         return arrow_type(desc.fields[0][1])
@@ -58,9 +94,11 @@ def arrow_type(desc: TypeDescriptor) -> pa.DataType:
 def state_schema(state: StateInfo) -> pa.Schema:
     """Keyed states: (key, namespace, value); operator states: (value, subtask)."""
     if state.is_keyed:
-        return pa.schema([
-            pa.field("key", arrow_type(key_column_type(state.key))),
-            pa.field("namespace", arrow_type(state.namespace) if state.namespace is not None else pa.string()),
-            pa.field("value", arrow_type(state.value)),
-        ])
+        return pa.schema(
+            [
+                pa.field("key", arrow_type(key_column_type(state.key))),
+                pa.field("namespace", arrow_type(state.namespace) if state.namespace is not None else pa.string()),
+                pa.field("value", arrow_type(state.value)),
+            ]
+        )
     return pa.schema([pa.field("value", arrow_type(state.value)), pa.field("subtask", pa.int32())])

@@ -52,6 +52,7 @@ def _framed_binary(decoder: Callable[[bytes, int, int], Any]) -> Decoder:
     def framed(buf, pos):
         n, pos = read_length(buf, pos, "binary row length")
         return decoder(buf, pos, n), pos + n
+
     return framed
 
 
@@ -91,14 +92,18 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
     if kind == "DOUBLE":
         return lambda buf, base, end, at: _LE_F64(buf, at)[0]
     if kind in ("CHAR", "VARCHAR"):
+
         def text(buf, base, end, at):
             start, n = _var_slot(buf, base, end, at)
-            return utf8_text(bytes(buf[start:start + n]))
+            return utf8_text(bytes(buf[start : start + n]))
+
         return text
     if kind in ("BINARY", "VARBINARY", "RAW"):
+
         def binary(buf, base, end, at):
             start, n = _var_slot(buf, base, end, at)
-            return bytes(buf[start:start + n])
+            return bytes(buf[start : start + n])
+
         return binary
     if kind == "DECIMAL":
         precision, scale = desc.attr("precision"), desc.attr("scale")
@@ -110,7 +115,8 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
             start, n = base + (raw >> 32), raw & 0xFFFFFFFF
             if start + n > end:
                 raise DecodeError(f"decimal of {n} bytes at {start - base} runs past the end of its structure")
-            return sql_decimal(int.from_bytes(buf[start:start + n], "big", signed=True), precision, scale)
+            return sql_decimal(int.from_bytes(buf[start : start + n], "big", signed=True), precision, scale)
+
         return decimal
     if kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE"):
         if desc.attr("precision", 6) <= 3:
@@ -123,6 +129,7 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
                 raise DecodeError(f"timestamp at {millis_at - base} runs past the end of its structure")
             millis = _LE_I64(buf, millis_at)[0]
             return micros(millis * 1000 + (raw & 0xFFFFFFFF) // 1000)
+
         return timestamp
     if kind == "ROW":
         nested = binary_row_decoder([t for _, t in desc.fields], [n for n, _ in desc.fields])
@@ -130,6 +137,7 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
         def row(buf, base, end, at):
             start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
+
         return row
     if kind in ("ARRAY",):
         nested = binary_array_decoder(desc.fields[0][1])
@@ -137,6 +145,7 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
         def array(buf, base, end, at):
             start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
+
         return array
     if kind in ("MAP", "MULTISET"):
         key = desc.child("key") if kind == "MAP" else desc.child("element")
@@ -146,6 +155,7 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
         def map_(buf, base, end, at):
             start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
+
         return map_
     if kind == "NULL":
         return lambda buf, base, end, at: None
@@ -156,7 +166,9 @@ def binary_row_decoder(types: list[TypeDescriptor], names: list[str]) -> Callabl
     """BinaryRowData: header byte + null bits, 8-byte slots, variable part (all little-endian)."""
     arity = len(types)
     null_bits_bytes = ((arity + 63 + 8) // 64) * 8
-    readers = [(name, _field_reader(t), null_bits_bytes + 8 * i, 8 + i) for i, (name, t) in enumerate(zip(names, types))]
+    readers = [
+        (name, _field_reader(t), null_bits_bytes + 8 * i, 8 + i) for i, (name, t) in enumerate(zip(names, types))
+    ]
 
     def decode(buf, base, size):
         if size < null_bits_bytes + 8 * arity:
@@ -170,11 +182,19 @@ def binary_row_decoder(types: list[TypeDescriptor], names: list[str]) -> Callabl
             else:
                 out[name] = read(buf, base, end, base + slot)
         return out
+
     return decode
 
 
-_ARRAY_ELEMENT_SIZES = {"BOOLEAN": 1, "TINYINT": 1, "SMALLINT": 2, "INTEGER": 4, "FLOAT": 4, "DATE": 4,
-                        "TIME_WITHOUT_TIME_ZONE": 4}
+_ARRAY_ELEMENT_SIZES = {
+    "BOOLEAN": 1,
+    "TINYINT": 1,
+    "SMALLINT": 2,
+    "INTEGER": 4,
+    "FLOAT": 4,
+    "DATE": 4,
+    "TIME_WITHOUT_TIME_ZONE": 4,
+}
 
 
 def binary_array_decoder(element: TypeDescriptor) -> Callable[[bytes, int, int], list]:
@@ -198,6 +218,7 @@ def binary_array_decoder(element: TypeDescriptor) -> Callable[[bytes, int, int],
             else:
                 out.append(read(buf, base, end, elements_at + i * size))
         return out
+
     return decode
 
 
@@ -217,4 +238,5 @@ def binary_map_decoder(key: TypeDescriptor, value: TypeDescriptor) -> Callable[[
         if len(k) != len(v):
             raise DecodeError(f"binary map has {len(k)} keys but {len(v)} values")
         return list(zip(k, v))
+
     return decode

@@ -122,9 +122,11 @@ def utf8_text(data: bytes) -> str:
 
 # ----------------------------------------------------------------------------- Java serializers
 
+
 def _fixed(unpack, size: int) -> Decoder:
     def decode(buf, pos):
         return unpack(buf, pos)[0], pos + size
+
     return decode
 
 
@@ -165,7 +167,7 @@ def java_string(buf, pos):
     n -= 1
     if n > len(buf) - pos:  # every char takes at least one byte
         raise DecodeError(f"string of {n} chars is longer than the {len(buf) - pos} bytes left")
-    chunk = buf[pos:pos + n]
+    chunk = buf[pos : pos + n]
     if chunk.isascii():
         return chunk.decode("ascii"), pos + n
     units = []
@@ -180,12 +182,12 @@ def java_string(buf, pos):
 
 def _framed_bytes(buf, pos):
     n, pos = read_length(buf, pos, "byte array length")
-    return bytes(buf[pos:pos + n]), pos + n
+    return bytes(buf[pos : pos + n]), pos + n
 
 
 def _string_data(buf, pos):
     n, pos = read_length(buf, pos, "string length")
-    return utf8_text(bytes(buf[pos:pos + n])), pos + n
+    return utf8_text(bytes(buf[pos : pos + n])), pos + n
 
 
 def _big_integer(buf, pos) -> tuple[int | None, int]:
@@ -202,7 +204,7 @@ def _big_integer(buf, pos) -> tuple[int | None, int]:
         raise DecodeError(f"expected a BigInteger length of 1 to {len(buf) - pos} bytes, got {n} (at {at})")
     if n > MAX_BIG_INTEGER_BYTES:
         raise DecodeError(f"BigInteger of {n} bytes is longer than the {MAX_BIG_INTEGER_BYTES} bytes statecat renders")
-    return int.from_bytes(buf[pos:pos + n], "big", signed=True), pos + n
+    return int.from_bytes(buf[pos : pos + n], "big", signed=True), pos + n
 
 
 def _bigint(buf, pos):
@@ -316,15 +318,16 @@ def scaled_decimal(unscaled: int, scale: int) -> Decimal:
 
 
 MAX_DECIMAL_PRECISION = 38  # Flink SQL's DECIMAL, and Arrow's decimal128
-_DECIMAL_LIMITS = [10 ** p for p in range(MAX_DECIMAL_PRECISION + 1)]
+_DECIMAL_LIMITS = [10**p for p in range(MAX_DECIMAL_PRECISION + 1)]
 
 
 def sql_decimal(unscaled: int, precision: int, scale: int) -> Decimal:
     """A DECIMAL(precision, scale) value; Flink never stores more digits than the precision."""
     limit = _DECIMAL_LIMITS[precision] if 0 < precision <= MAX_DECIMAL_PRECISION else 0
     if not -limit < unscaled < limit:
-        raise DecodeError(f"DECIMAL({precision}, {scale}) value with unscaled digits {unscaled} has more than "
-                          f"{precision} digits")
+        raise DecodeError(
+            f"DECIMAL({precision}, {scale}) value with unscaled digits {unscaled} has more than {precision} digits"
+        )
     return scaled_decimal(unscaled, scale)
 
 
@@ -335,18 +338,22 @@ def _timestamp_data(precision: int) -> Decoder:
     def decode(buf, pos):
         ms, nano_of_milli = _BE_I64_I32(buf, pos)
         return micros(ms * 1000 + nano_of_milli // 1000), pos + 12
+
     return decode
 
 
 def _decimal_data(precision: int, scale: int) -> Decoder:
     if precision <= 18:
+
         def compact(buf, pos):
             return sql_decimal(_BE_I64(buf, pos)[0], precision, scale), pos + 8
+
         return compact
 
     def wide(buf, pos):
         n, pos = read_length(buf, pos, "decimal length")
-        return sql_decimal(int.from_bytes(buf[pos:pos + n], "big", signed=True), precision, scale), pos + n
+        return sql_decimal(int.from_bytes(buf[pos : pos + n], "big", signed=True), precision, scale), pos + n
+
     return wide
 
 
@@ -402,12 +409,14 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
             if buf[pos]:
                 return None, pos + 1 + padding
             return inner(buf, pos + 1)
+
         return nullable
     if kind == "ttl":
         inner = build_decoder(desc.fields[0][1], unpickle=unpickle)
 
         def ttl(buf, pos):  # the last-access timestamp precedes the user value
             return inner(buf, pos + 8)
+
         return ttl
     if kind in ("external",):
         return build_decoder(desc.fields[0][1], unpickle=unpickle)
@@ -420,6 +429,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
             if inner is None:
                 return data, end
             return inner(data, 0)[0], end
+
         return raw_value
     if kind == "list":
         return _counted(build_decoder(desc.fields[0][1], unpickle=unpickle))
@@ -440,6 +450,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
                     value, pos = None, pos + 1
                 out.append(value)
             return out, pos
+
         return generic_array
     if kind == "map":
         key = build_decoder(desc.child("key"), unpickle=unpickle)
@@ -457,6 +468,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
                     v, pos = value(buf, pos + 1)
                     out.append((k, v))
             return out, pos
+
         return map_
     if kind == "enum":
         constants = desc.attr("constants", ())
@@ -466,6 +478,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
             if not 0 <= ordinal < len(constants):
                 raise DecodeError(f"enum ordinal {ordinal} outside 0..{len(constants) - 1}")
             return constants[ordinal], pos + 4
+
         return enum
     if kind == "decimal_data":
         return _decimal_data(desc.attr("precision"), desc.attr("scale"))
@@ -489,6 +502,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
             k, pos = key(buf, pos)
             v, pos = value(buf, pos)
             return {"key": k, "value": v}, pos
+
         return entry
     raise UnsupportedError(f"no decoder for type {desc.describe()}")
 
@@ -501,11 +515,20 @@ def _counted(element: Decoder) -> Decoder:
             value, pos = element(buf, pos)
             out.append(value)
         return out, pos
+
     return counted
 
 
-_PRIMITIVE_ARRAY_CODES = {"boolean": "?", "byte": "b", "short": "h", "int": "i", "long": "q",
-                          "float": "f", "double": "d", "char": "H"}
+_PRIMITIVE_ARRAY_CODES = {
+    "boolean": "?",
+    "byte": "b",
+    "short": "h",
+    "int": "i",
+    "long": "q",
+    "float": "f",
+    "double": "d",
+    "char": "H",
+}
 
 
 def _primitive_array(element_kind: str) -> Decoder:
@@ -518,6 +541,7 @@ def _primitive_array(element_kind: str) -> Decoder:
         if element_kind == "char":
             values = [REPLACEMENT_CHARACTER if 0xD800 <= c <= 0xDFFF else chr(c) for c in values]
         return values, pos + n * size
+
     return primitive_array
 
 
@@ -537,6 +561,7 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
                 return {"left": value, "right": None}, pos
             value, pos = right(buf, pos + 1)
             return {"left": None, "right": value}, pos
+
         return either
     if kind == "pojo":
         pojo_class = desc.attr("class")
@@ -547,8 +572,10 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
             if flags & POJO_NULL:
                 return None, pos
             if not flags & POJO_EXACT:
-                raise DecodeError(f"a subclass instance of POJO {pojo_class} (flags 0x{flags:02x}); only exact POJO "
-                                  f"instances are decoded")
+                raise DecodeError(
+                    f"a subclass instance of POJO {pojo_class} (flags 0x{flags:02x}); only exact POJO "
+                    f"instances are decoded"
+                )
             out = {}
             for name, decode in pairs:
                 if buf[pos]:
@@ -557,17 +584,20 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
                 else:
                     out[name], pos = decode(buf, pos + 1)
             return out, pos
+
         return pojo
     return masked_fields_decoder(pairs, ROW_KIND_BITS if desc.attr("row_kind", False) else 0)
 
 
 def fields_decoder(pairs: list[tuple[str, Decoder]]) -> Decoder:
     """Fields written one after the other, no null support (Tuple)."""
+
     def fields(buf, pos):
         out = {}
         for name, decode in pairs:
             out[name], pos = decode(buf, pos)
         return out, pos
+
     return fields
 
 
@@ -586,6 +616,7 @@ def masked_fields_decoder(pairs: list[tuple[str, Decoder]], skip_bits: int) -> D
             else:
                 out[name], pos = decode(buf, pos)
         return out, pos
+
     return row
 
 
@@ -595,6 +626,7 @@ def _pickled(unpickle: bool, strict: bool = False) -> Decoder:
         if strict and unpickle:
             check_pickle_header(data)
         return render_pickled(data, unpickle), pos
+
     return pickled
 
 
@@ -611,9 +643,11 @@ def check_pickle_header(data: bytes) -> None:
     if ok and data[2] == PICKLE_FRAME:
         ok = len(data) >= 11 and 11 + int.from_bytes(data[3:11], "little") <= len(data)
     if not ok:
-        raise DecodeError(f"a byte[] value taken for a PyFlink thread-mode pickle is not one (starts "
-                          f"{data[:12].hex() or 'empty'}): declare the state as BYTES in a descriptor file "
-                          f"(--descriptors FILE), or read without --unpickle")
+        raise DecodeError(
+            f"a byte[] value taken for a PyFlink thread-mode pickle is not one (starts "
+            f"{data[:12].hex() or 'empty'}): declare the state as BYTES in a descriptor file "
+            f"(--descriptors FILE), or read without --unpickle"
+        )
 
 
 class _PyFlinkUnpickler(pickle.Unpickler):
@@ -653,4 +687,5 @@ def build_key_decoder(key: TypeDescriptor) -> Decoder:
     def single(buf, pos):
         row, pos = decoder(buf, pos)
         return row[name], pos
+
     return single

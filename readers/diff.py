@@ -46,9 +46,17 @@ class Change:
     key_group: int | None  # keyed states; None for operator state
 
     def as_dict(self) -> dict:
-        return {"operator": self.operator, "state": self.state, "table": self.table, "change": self.change,
-                "key": self.key, "namespace": self.namespace, "old": self.old, "new": self.new,
-                "key_group": self.key_group}
+        return {
+            "operator": self.operator,
+            "state": self.state,
+            "table": self.table,
+            "change": self.change,
+            "key": self.key,
+            "namespace": self.namespace,
+            "old": self.old,
+            "new": self.new,
+            "key_group": self.key_group,
+        }
 
 
 @dataclass
@@ -69,9 +77,18 @@ class StateDiff:
     unchanged: int = 0
 
     def as_dict(self) -> dict:
-        return {"operator": self.operator, "state": self.state, "table": self.table, "kind": self.kind,
-                "status": self.status, "reason": self.reason, "added": self.added, "removed": self.removed,
-                "changed": self.changed, "unchanged": self.unchanged}
+        return {
+            "operator": self.operator,
+            "state": self.state,
+            "table": self.table,
+            "kind": self.kind,
+            "status": self.status,
+            "reason": self.reason,
+            "added": self.added,
+            "removed": self.removed,
+            "changed": self.changed,
+            "unchanged": self.unchanged,
+        }
 
 
 @dataclass
@@ -153,17 +170,44 @@ class SavepointDiff:
                     entry.unchanged += 1
                     continue
                 entry.changed += 1
-                yield Change(entry.operator, entry.state, entry.table, CHANGED, row.get("key"), row.get("namespace"),
-                             previous["value"], row["value"], group)
+                yield Change(
+                    entry.operator,
+                    entry.state,
+                    entry.table,
+                    CHANGED,
+                    row.get("key"),
+                    row.get("namespace"),
+                    previous["value"],
+                    row["value"],
+                    group,
+                )
             else:
                 entry.added += 1
-                yield Change(entry.operator, entry.state, entry.table, ADDED, row.get("key"), row.get("namespace"),
-                             None, row["value"], group)
+                yield Change(
+                    entry.operator,
+                    entry.state,
+                    entry.table,
+                    ADDED,
+                    row.get("key"),
+                    row.get("namespace"),
+                    None,
+                    row["value"],
+                    group,
+                )
         for rows in old.values():
             for row in rows:
                 entry.removed += 1
-                yield Change(entry.operator, entry.state, entry.table, REMOVED, row.get("key"), row.get("namespace"),
-                             row["value"], None, group)
+                yield Change(
+                    entry.operator,
+                    entry.state,
+                    entry.table,
+                    REMOVED,
+                    row.get("key"),
+                    row.get("namespace"),
+                    row["value"],
+                    None,
+                    group,
+                )
 
     # -- operator states: small by nature (Flink holds them in memory on restore), compared whole
 
@@ -175,8 +219,14 @@ class SavepointDiff:
         yield from self._compare(entry, None, rows_a, rows_b, exact=state_a.kind in ("operator_list", "union"))
 
 
-def diff_savepoints(a: str | StateMeta, b: str | StateMeta, *, operators: Sequence[str] | None = None,
-                    states: Sequence[str] | None = None, unpickle: bool = False) -> SavepointDiff:
+def diff_savepoints(
+    a: str | StateMeta,
+    b: str | StateMeta,
+    *,
+    operators: Sequence[str] | None = None,
+    states: Sequence[str] | None = None,
+    unpickle: bool = False,
+) -> SavepointDiff:
     """The diff of savepoint ``a`` (old) and ``b`` (new); nothing is read until ``changes()``/``summary()``."""
     from statecat.statemeta.descriptors import with_pyflink_pickles
 
@@ -243,11 +293,14 @@ def incomparable(side_a: tuple[OperatorMeta, StateInfo], side_b: tuple[OperatorM
     """Why two matched states cannot be compared entry by entry, or None."""
     (op_a, a), (op_b, b) = side_a, side_b
     if (a.kind, a.state_type) != (b.kind, b.state_type):
-        return (f"the state's kind changed: {a.kind} {a.state_type or ''} -> {b.kind} {b.state_type or ''}"
-                .replace("  ", " "))
+        return f"the state's kind changed: {a.kind} {a.state_type or ''} -> {b.kind} {b.state_type or ''}".replace(
+            "  ", " "
+        )
     if a.is_keyed and op_a.max_parallelism != op_b.max_parallelism:
-        return (f"max parallelism changed: {op_a.max_parallelism} -> {op_b.max_parallelism}; keys fall into other "
-                f"key-groups, so the states cannot be compared key-group by key-group")
+        return (
+            f"max parallelism changed: {op_a.max_parallelism} -> {op_b.max_parallelism}; keys fall into other "
+            f"key-groups, so the states cannot be compared key-group by key-group"
+        )
     changed = []
     for part in ("key", "namespace", "value"):
         type_a, type_b = getattr(a, part), getattr(b, part)

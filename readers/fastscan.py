@@ -24,23 +24,39 @@ END_OF_KEY_GROUP = 0xFFFF
 FLAG = 0x80
 # Error codes of the compiled walk, turned into messages by the caller.
 WALK_OK, WALK_OVERRUN, WALK_WRONG_GROUP, WALK_BAD_STATE_ID = 0, 1, 2, 3
-WALK_ERRORS = {WALK_OVERRUN: "expected entry lengths within the key-group, got a length running past its end",
-               WALK_WRONG_GROUP: "expected entries of this key-group only, got an entry of another key-group",
-               WALK_BAD_STATE_ID: "expected a state id below the stream header's state count (or the end marker "
-                                  "0xFFFF after a run), got a larger one"}
+WALK_ERRORS = {
+    WALK_OVERRUN: "expected entry lengths within the key-group, got a length running past its end",
+    WALK_WRONG_GROUP: "expected entries of this key-group only, got an entry of another key-group",
+    WALK_BAD_STATE_ID: "expected a state id below the stream header's state count (or the end marker "
+    "0xFFFF after a run), got a larger one",
+}
 MIN_ENTRY_BYTES = 9  # i32 key length, 1 key byte, i32 value length
 
 # SQL logical types stored in one 8-byte slot of a binary row, with their numpy dtype.
 SLOT_DTYPES = {
-    "BOOLEAN": np.dtype("?"), "TINYINT": np.dtype("<i1"), "SMALLINT": np.dtype("<i2"), "INTEGER": np.dtype("<i4"),
-    "DATE": np.dtype("<i4"), "BIGINT": np.dtype("<i8"), "FLOAT": np.dtype("<f4"), "DOUBLE": np.dtype("<f8"),
+    "BOOLEAN": np.dtype("?"),
+    "TINYINT": np.dtype("<i1"),
+    "SMALLINT": np.dtype("<i2"),
+    "INTEGER": np.dtype("<i4"),
+    "DATE": np.dtype("<i4"),
+    "BIGINT": np.dtype("<i8"),
+    "FLOAT": np.dtype("<f4"),
+    "DOUBLE": np.dtype("<f8"),
 }
-JAVA_DTYPES = {"long": np.dtype(">i8"), "int": np.dtype(">i4"), "short": np.dtype(">i2"), "byte": np.dtype("i1"),
-               "double": np.dtype(">f8"), "float": np.dtype(">f4")}
+JAVA_DTYPES = {
+    "long": np.dtype(">i8"),
+    "int": np.dtype(">i4"),
+    "short": np.dtype(">i2"),
+    "byte": np.dtype("i1"),
+    "double": np.dtype(">f8"),
+    "float": np.dtype(">f4"),
+}
 
 
 @numba.njit(cache=True, nogil=True)
-def walk_key_group_all(buf, state_count, prefix, key_group, state_of, key_at, key_len, val_at, val_len):  # pragma: no cover - compiled
+def walk_key_group_all(
+    buf, state_count, prefix, key_group, state_of, key_at, key_len, val_at, val_len
+):  # pragma: no cover - compiled
     """Positions of the entries of every state in one key-group, with each entry's state id in
     ``state_of``; returns (count, error, error position).
 
@@ -59,12 +75,19 @@ def walk_key_group_all(buf, state_count, prefix, key_group, state_of, key_at, ke
     while True:
         if pos + 4 > size:
             return n, WALK_OVERRUN, pos
-        klen = (np.int64(buf[pos]) << 24) | (np.int64(buf[pos + 1]) << 16) | (np.int64(buf[pos + 2]) << 8) | buf[pos + 3]
+        klen = (
+            (np.int64(buf[pos]) << 24) | (np.int64(buf[pos + 1]) << 16) | (np.int64(buf[pos + 2]) << 8) | buf[pos + 3]
+        )
         kat = pos + 4
         vpos = kat + klen
         if klen < prefix or klen >= 0x80000000 or vpos + 4 > size:
             return n, WALK_OVERRUN, pos
-        vlen = (np.int64(buf[vpos]) << 24) | (np.int64(buf[vpos + 1]) << 16) | (np.int64(buf[vpos + 2]) << 8) | buf[vpos + 3]
+        vlen = (
+            (np.int64(buf[vpos]) << 24)
+            | (np.int64(buf[vpos + 1]) << 16)
+            | (np.int64(buf[vpos + 2]) << 8)
+            | buf[vpos + 3]
+        )
         vat = vpos + 4
         if vlen >= 0x80000000 or vat + vlen > size:
             return n, WALK_OVERRUN, vpos
@@ -328,8 +351,15 @@ def gather(buf: np.ndarray, at: np.ndarray, width: int, end: np.ndarray) -> np.n
     return out
 
 
-def strings_from_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, nulls: np.ndarray | None,
-                        arrow: pa.DataType, *, ascii_checked: bool = False) -> pa.Array | None:
+def strings_from_ranges(
+    buf: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    nulls: np.ndarray | None,
+    arrow: pa.DataType,
+    *,
+    ascii_checked: bool = False,
+) -> pa.Array | None:
     """An Arrow string/binary array cut out of ``buf`` without a Python object per value.
 
     None when a range lies outside ``buf`` or a string is not valid UTF-8: the per-record decoders
@@ -359,9 +389,9 @@ def strings_from_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray
     return array if array.type == arrow else array.cast(arrow)
 
 
-
-def ascii_string_column(buf: np.ndarray, at: np.ndarray, end: np.ndarray,
-                        arrow: pa.DataType) -> tuple[pa.Array | None, np.ndarray | None]:
+def ascii_string_column(
+    buf: np.ndarray, at: np.ndarray, end: np.ndarray, arrow: pa.DataType
+) -> tuple[pa.Array | None, np.ndarray | None]:
     """Java strings of ASCII characters as an Arrow column, and the position after each; (None,
     None) when some string needs the per-record decoders."""
     n = at.shape[0]
@@ -372,10 +402,11 @@ def ascii_string_column(buf: np.ndarray, at: np.ndarray, end: np.ndarray,
     stops = np.empty(n, dtype=np.int64)
     if java_ascii_column(buf, at, end, offsets, data, stops) != -1:
         return None, None
-    data = data[:int(offsets[-1])]
+    data = data[: int(offsets[-1])]
     column = pa.large_string() if wide else pa.string()
     array = pa.Array.from_buffers(column, n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
     return (array if array.type == arrow else array.cast(arrow)), stops
+
 
 @dataclass(frozen=True)
 class ColumnPlan:
@@ -389,9 +420,15 @@ class ColumnPlan:
 
 
 def _row_field_ok(desc: TypeDescriptor) -> bool:
-    return desc.kind in SLOT_DTYPES or desc.kind in ("CHAR", "VARCHAR", "BINARY", "VARBINARY") or (
-        desc.kind == "DECIMAL" and desc.attr("precision") <= 18) or (
-        desc.kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE") and desc.attr("precision") <= 3)
+    return (
+        desc.kind in SLOT_DTYPES
+        or desc.kind in ("CHAR", "VARCHAR", "BINARY", "VARBINARY")
+        or (desc.kind == "DECIMAL" and desc.attr("precision") <= 18)
+        or (
+            desc.kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE")
+            and desc.attr("precision") <= 3
+        )
+    )
 
 
 def plan_column(desc: TypeDescriptor, *, key: bool = False) -> ColumnPlan | None:
@@ -426,8 +463,17 @@ class ColumnExtractor:
     comparison per column; any entry that does not fit makes ``extract`` return None, and the
     caller decodes those key-groups record by record, which names the file and offset of damage."""
 
-    def __init__(self, key: ColumnPlan, namespace: ColumnPlan, value: ColumnPlan | None, prefix: int, *,
-                 mode: str = "value", user_key: ColumnPlan | None = None, value_arrow: pa.DataType | None = None):
+    def __init__(
+        self,
+        key: ColumnPlan,
+        namespace: ColumnPlan,
+        value: ColumnPlan | None,
+        prefix: int,
+        *,
+        mode: str = "value",
+        user_key: ColumnPlan | None = None,
+        value_arrow: pa.DataType | None = None,
+    ):
         """``mode``: "value" (one value per entry), "timer" (timestamp, key and namespace all in
         the entry's key), "map" (MapState: the user key after the namespace, a null flag before the
         value; consecutive entries of one key and namespace make one row) or "list" (ListState:
@@ -538,7 +584,9 @@ class ColumnExtractor:
             if raw is None:
                 return None, None
             pairs = raw.view(">i8").reshape(n, 2).astype(np.int64)
-            return pa.StructArray.from_arrays([pa.array(pairs[:, 0]), pa.array(pairs[:, 1])], names=["start", "end"]), at + 16
+            return pa.StructArray.from_arrays(
+                [pa.array(pairs[:, 0]), pa.array(pairs[:, 1])], names=["start", "end"]
+            ), at + 16
         if kind == "java_string":
             return ascii_string_column(buf, at, end, plan.arrow)
         if kind == "java_bytes":  # i32 length, then the bytes

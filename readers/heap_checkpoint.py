@@ -53,14 +53,18 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool):
     for what, desc in parts:
         if desc is None or desc.raw_reasons():
             reasons = "; ".join(desc.raw_reasons()) if desc is not None else "no serializer"
-            raise UnsupportedError(f"the {what} of state {state.name!r} cannot be decoded ({reasons}), and heap "
-                                   f"checkpoint entries are not length-framed")
+            raise UnsupportedError(
+                f"the {what} of state {state.name!r} cannot be decoded ({reasons}), and heap "
+                f"checkpoint entries are not length-framed"
+            )
     key = build_key_decoder(state.key) if output_keys else build_decoder(state.key)
     namespace = build_decoder(namespace_desc, unpickle=unpickle)
     if state.kind == "timer":
         if state.value.kind == "raw":
-            raise UnsupportedError(f"timer state {state.name!r} holds priority-queue elements statecat cannot "
-                                   f"decode, and heap checkpoint elements are not length-framed")
+            raise UnsupportedError(
+                f"timer state {state.name!r} holds priority-queue elements statecat cannot "
+                f"decode, and heap checkpoint elements are not length-framed"
+            )
 
         def timer(buf, pos):
             if pos + TIMER_MIN_BYTES > len(buf):
@@ -70,6 +74,7 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool):
             k, pos = key(buf, pos + 8)
             n, pos = namespace(buf, pos)
             return (k, n, timestamp), pos
+
         return timer
     value = build_decoder(state.value, unpickle=unpickle)
 
@@ -78,6 +83,7 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool):
         k, pos = key(buf, pos)
         v, pos = value(buf, pos)
         return (k, n, v), pos
+
     return entry
 
 
@@ -111,16 +117,25 @@ class HeapKeyGroupDecoder:
 
     # -- decoding
 
-    def decode(self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int,
-               wanted) -> None:
+    def decode(
+        self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int, wanted
+    ) -> None:
         """Appends the state's rows of one key-group (its stored bytes, as ``_key_groups`` yields them)."""
         if len(data) < 4:
-            raise self._error(f"expected key-group {key_group} to start with its 4-byte id, it has {len(data)} bytes",
-                              file, base, "The state file is truncated, or the key-group offsets are damaged")
+            raise self._error(
+                f"expected key-group {key_group} to start with its 4-byte id, it has {len(data)} bytes",
+                file,
+                base,
+                "The state file is truncated, or the key-group offsets are damaged",
+            )
         written = _I32(data, 0)[0]
         if written != key_group:
-            raise self._error(f"expected key-group {key_group} to start with its id, got {written}", file, base,
-                              "The key-group offsets in _metadata or the state file are damaged")
+            raise self._error(
+                f"expected key-group {key_group} to start with its id, got {written}",
+                file,
+                base,
+                "The key-group offsets in _metadata or the state file are damaged",
+            )
         state_count = location.state_count or self.scanner.state_counts.get((location.subtask, location.stream), 0)
         if location.compressed:
             self._decode_compressed(key_group, data, location, columns, file, base, wanted, state_count)
@@ -138,29 +153,46 @@ class HeapKeyGroupDecoder:
                 self._entries(key_group, data, pos, count, columns, wanted, file, base, base)
                 return
             pos = self._skip(key_group, data, pos, count, location, state_id, file, base, base)
-        raise self._error(f"key-group {key_group} has no section of state id {location.state_id} among its "
-                          f"{state_count} state sections", file, base + pos,
-                          "The state file is damaged")
+        raise self._error(
+            f"key-group {key_group} has no section of state id {location.state_id} among its "
+            f"{state_count} state sections",
+            file,
+            base + pos,
+            "The state file is damaged",
+        )
 
     def _decode_compressed(self, key_group, data, location, columns, file, base, wanted, state_count) -> None:
         sections = self._snappy_sections(key_group, data, file, base)
         if len(sections) != state_count:
-            raise self._error(f"expected {state_count} compressed state sections in key-group {key_group}, found "
-                              f"{len(sections)}", file, base + 4, "The state file is damaged or truncated")
+            raise self._error(
+                f"expected {state_count} compressed state sections in key-group {key_group}, found {len(sections)}",
+                file,
+                base + 4,
+                "The state file is damaged or truncated",
+            )
         seen = set()
         for start, end in sections:
             section = decompress_snappy_framed(data[start:end], file, base + start)
-            state_id, count, pos = self._section_head(key_group, section, 0, state_count, seen, file, base + start,
-                                                      None)
+            state_id, count, pos = self._section_head(
+                key_group, section, 0, state_count, seen, file, base + start, None
+            )
             if state_id == location.state_id:
                 end_pos = self._entries(key_group, section, pos, count, columns, wanted, file, base + start, None)
                 if end_pos != len(section):
-                    raise self._error(f"the section of state id {state_id} in key-group {key_group} decompresses to "
-                                      f"{len(section)} bytes, its {count} entries take {end_pos}",
-                                      file, base + start, "The state file is damaged")
+                    raise self._error(
+                        f"the section of state id {state_id} in key-group {key_group} decompresses to "
+                        f"{len(section)} bytes, its {count} entries take {end_pos}",
+                        file,
+                        base + start,
+                        "The state file is damaged",
+                    )
                 return
-        raise self._error(f"key-group {key_group} has no section of state id {location.state_id}", file, base + 4,
-                          "The state file is damaged")
+        raise self._error(
+            f"key-group {key_group} has no section of state id {location.state_id}",
+            file,
+            base + 4,
+            "The state file is damaged",
+        )
 
     @staticmethod
     def _snappy_sections(key_group: int, data: bytes, file: str, base: int) -> list[tuple[int, int]]:
@@ -169,49 +201,78 @@ class HeapKeyGroupDecoder:
         pos = 4
         while pos < len(data):
             if pos + SNAPPY_CHUNK_HEADER_BYTES > len(data):
-                raise FormatError(f"expected a snappy chunk header in key-group {key_group}, the key-group ends after "
-                                  f"{len(data) - pos} bytes", file=file, offset=base + pos,
-                                  hint="The state file is damaged or truncated")
+                raise FormatError(
+                    f"expected a snappy chunk header in key-group {key_group}, the key-group ends after "
+                    f"{len(data) - pos} bytes",
+                    file=file,
+                    offset=base + pos,
+                    hint="The state file is damaged or truncated",
+                )
             chunk_type = data[pos]
-            length = int.from_bytes(data[pos + 1:pos + 4], "little")
+            length = int.from_bytes(data[pos + 1 : pos + 4], "little")
             if chunk_type == SNAPPY_STREAM_IDENTIFIER_TYPE:
-                if data[pos:pos + len(SNAPPY_STREAM_IDENTIFIER)] != SNAPPY_STREAM_IDENTIFIER:
-                    raise FormatError("expected the snappy stream identifier 'sNaPpY'", file=file, offset=base + pos,
-                                      hint="The state file is damaged")
+                if data[pos : pos + len(SNAPPY_STREAM_IDENTIFIER)] != SNAPPY_STREAM_IDENTIFIER:
+                    raise FormatError(
+                        "expected the snappy stream identifier 'sNaPpY'",
+                        file=file,
+                        offset=base + pos,
+                        hint="The state file is damaged",
+                    )
                 if sections:
                     sections[-1] = (sections[-1][0], pos)
                 sections.append((pos, len(data)))
             elif not sections:
-                raise FormatError(f"expected a snappy stream identifier chunk after key-group {key_group}'s id, got "
-                                  f"chunk type 0x{chunk_type:02x}", file=file, offset=base + pos,
-                                  hint="The state file is damaged, or not compressed as its header says")
+                raise FormatError(
+                    f"expected a snappy stream identifier chunk after key-group {key_group}'s id, got "
+                    f"chunk type 0x{chunk_type:02x}",
+                    file=file,
+                    offset=base + pos,
+                    hint="The state file is damaged, or not compressed as its header says",
+                )
             end = pos + SNAPPY_CHUNK_HEADER_BYTES + length
             if end > len(data):
-                raise FormatError(f"expected a snappy chunk of {length} bytes, key-group {key_group} ends after "
-                                  f"{len(data) - pos - SNAPPY_CHUNK_HEADER_BYTES}", file=file, offset=base + pos,
-                                  hint="The state file is damaged or truncated")
+                raise FormatError(
+                    f"expected a snappy chunk of {length} bytes, key-group {key_group} ends after "
+                    f"{len(data) - pos - SNAPPY_CHUNK_HEADER_BYTES}",
+                    file=file,
+                    offset=base + pos,
+                    hint="The state file is damaged or truncated",
+                )
             pos = end
         return sections
 
     def _section_head(self, key_group, buf, pos, state_count, seen, file, base, plain_base):
         """(state id, entry count, position after them) of the section at ``pos``, checked."""
         if pos + 6 > len(buf):
-            raise self._error(f"expected a state section (u16 state id, i32 count) in key-group {key_group}, "
-                              f"{len(buf) - pos} bytes are left", file, self._offset(base, plain_base, pos),
-                              "The state file is truncated or damaged", within=(plain_base, pos))
+            raise self._error(
+                f"expected a state section (u16 state id, i32 count) in key-group {key_group}, "
+                f"{len(buf) - pos} bytes are left",
+                file,
+                self._offset(base, plain_base, pos),
+                "The state file is truncated or damaged",
+                within=(plain_base, pos),
+            )
         state_id = _U16(buf, pos)[0]
         count = _I32(buf, pos + 2)[0]
         if state_id >= state_count or state_id in seen:
-            raise self._error(f"expected a state id below {state_count}, once per key-group, got {state_id} in "
-                              f"key-group {key_group}", file, self._offset(base, plain_base, pos),
-                              "The state file is damaged", within=(plain_base, pos))
+            raise self._error(
+                f"expected a state id below {state_count}, once per key-group, got {state_id} in key-group {key_group}",
+                file,
+                self._offset(base, plain_base, pos),
+                "The state file is damaged",
+                within=(plain_base, pos),
+            )
         seen.add(state_id)
         # Every entry or element takes at least one byte: a count beyond the bytes left is damage.
         if not 0 <= count <= len(buf) - pos - 6:
-            raise self._error(f"expected an entry count of state id {state_id} in key-group {key_group} within the "
-                              f"{len(buf) - pos - 6} bytes left, got {count}", file,
-                              self._offset(base, plain_base, pos + 2), "The state file is damaged or truncated",
-                              within=(plain_base, pos + 2))
+            raise self._error(
+                f"expected an entry count of state id {state_id} in key-group {key_group} within the "
+                f"{len(buf) - pos - 6} bytes left, got {count}",
+                file,
+                self._offset(base, plain_base, pos + 2),
+                "The state file is damaged or truncated",
+                within=(plain_base, pos + 2),
+            )
         return state_id, count, pos + 6
 
     def _entries(self, key_group, buf, pos, count, columns, wanted, file, base, plain_base) -> int:
@@ -229,10 +290,13 @@ class HeapKeyGroupDecoder:
                     namespaces.append(namespace)
                     values.append(value)
         except DECODE_FAILURES as exc:
-            raise self._error(f"could not decode an entry of key-group {key_group}: {exc}", file,
-                              self._offset(base, plain_base, at),
-                              "The state file is damaged or truncated, or its type is not what the header says",
-                              within=(plain_base, at)) from None
+            raise self._error(
+                f"could not decode an entry of key-group {key_group}: {exc}",
+                file,
+                self._offset(base, plain_base, at),
+                "The state file is damaged or truncated, or its type is not what the header says",
+                within=(plain_base, at),
+            ) from None
         return pos
 
     def _skip(self, key_group, buf, pos, count, location, state_id, file, base, plain_base) -> int:
@@ -241,16 +305,22 @@ class HeapKeyGroupDecoder:
             return pos
         found = self._skipper(location, state_id)
         if found is None:
-            raise self._error(f"key-group {key_group} holds a section of state id {state_id}, which no state of the "
-                              f"stream's header has", file, self._offset(base, plain_base, pos),
-                              "The state file is damaged")
+            raise self._error(
+                f"key-group {key_group} holds a section of state id {state_id}, which no state of the "
+                f"stream's header has",
+                file,
+                self._offset(base, plain_base, pos),
+                "The state file is damaged",
+            )
         name, decode = found
         if isinstance(decode, str):
-            raise UnsupportedError(f"cannot reach this state's entries in key-group {key_group}: they follow state "
-                                   f"{name!r}, whose entries cannot be stepped over ({decode})",
-                                   operator=self.scanner.operator.label, state=self.state.name,
-                                   hint="Take a CANONICAL savepoint, or enable snapshot compression (sections are "
-                                        "then delimited)")
+            raise UnsupportedError(
+                f"cannot reach this state's entries in key-group {key_group}: they follow state "
+                f"{name!r}, whose entries cannot be stepped over ({decode})",
+                operator=self.scanner.operator.label,
+                state=self.state.name,
+                hint="Take a CANONICAL savepoint, or enable snapshot compression (sections are then delimited)",
+            )
         at = pos
         try:
             for _ in range(count):
@@ -259,10 +329,13 @@ class HeapKeyGroupDecoder:
                 if pos > len(buf):
                     raise DecodeError(f"entry runs {pos - len(buf)} bytes past the end of the key-group")
         except DECODE_FAILURES as exc:
-            raise self._error(f"could not step over an entry of state {name!r} in key-group {key_group}: {exc}",
-                              file, self._offset(base, plain_base, at),
-                              "The state file is damaged or truncated, or its type is not what the header says",
-                              within=(plain_base, at)) from None
+            raise self._error(
+                f"could not step over an entry of state {name!r} in key-group {key_group}: {exc}",
+                file,
+                self._offset(base, plain_base, at),
+                "The state file is damaged or truncated, or its type is not what the header says",
+                within=(plain_base, at),
+            ) from None
         return pos
 
     @staticmethod
@@ -273,8 +346,9 @@ class HeapKeyGroupDecoder:
     def _error(self, message: str, file: str, offset: int, hint: str, within=None) -> FormatError:
         if within is not None and within[0] is None:
             message += f" (at byte {within[1]} of the decompressed section)"
-        return FormatError(message, file=file, offset=offset, operator=self.scanner.operator.label,
-                           state=self.state.name, hint=hint)
+        return FormatError(
+            message, file=file, offset=offset, operator=self.scanner.operator.label, state=self.state.name, hint=hint
+        )
 
 
 __all__ = ["HeapKeyGroupDecoder"]

@@ -77,8 +77,10 @@ def java_hash(value, desc: TypeDescriptor) -> int:
         return _int32(31 * ROW_KIND_INSERT + h)
     if kind in ("nullable", "external"):
         return java_hash(value, desc.fields[0][1])
-    raise UnsupportedError(f"statecat cannot compute the key-group of keys of type {desc.describe()}",
-                           hint="Read the state without a key filter")
+    raise UnsupportedError(
+        f"statecat cannot compute the key-group of keys of type {desc.describe()}",
+        hint="Read the state without a key filter",
+    )
 
 
 def key_group_for(value, key_type: TypeDescriptor, max_parallelism: int) -> int:
@@ -103,7 +105,9 @@ def serialized_key(value, key_type: TypeDescriptor) -> bytes | None:
 def _serialized(value, key_type: TypeDescriptor) -> bytes | None:
     kind = key_type.kind
     if kind in ("row", "tuple"):
-        parts = [value.get(name) if isinstance(value, dict) else value[i] for i, (name, _) in enumerate(key_type.fields)]
+        parts = [
+            value.get(name) if isinstance(value, dict) else value[i] for i, (name, _) in enumerate(key_type.fields)
+        ]
         fields = [b"" if part is None else _serialized(part, field) for part, (_, field) in zip(parts, key_type.fields)]
         if any(f is None for f in fields):
             return None
@@ -132,7 +136,7 @@ def _string_value(text: str) -> bytes:
     """StringValue.writeString: length + 1, then each UTF-16 unit, as 7-bit groups low first."""
     units = text.encode("utf-16-be")
     out = bytearray()
-    for number in [len(units) // 2 + 1] + [int.from_bytes(units[i:i + 2], "big") for i in range(0, len(units), 2)]:
+    for number in [len(units) // 2 + 1] + [int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)]:
         while number >= 0x80:
             out.append((number & 0x7F) | 0x80)
             number >>= 7
@@ -146,8 +150,16 @@ def subtask_for_key_group(key_group: int, parallelism: int, max_parallelism: int
 
 # ----------------------------------------------------------------------------- BinaryRowData encoding
 
-_FIXED_FORMATS = {"BOOLEAN": "<?", "TINYINT": "<b", "SMALLINT": "<h", "INTEGER": "<i", "DATE": "<i",
-                  "BIGINT": "<q", "FLOAT": "<f", "DOUBLE": "<d"}
+_FIXED_FORMATS = {
+    "BOOLEAN": "<?",
+    "TINYINT": "<b",
+    "SMALLINT": "<h",
+    "INTEGER": "<i",
+    "DATE": "<i",
+    "BIGINT": "<q",
+    "FLOAT": "<f",
+    "DOUBLE": "<d",
+}
 
 
 def encode_binary_row(value, desc: TypeDescriptor) -> bytes:
@@ -170,7 +182,7 @@ def encode_binary_row(value, desc: TypeDescriptor) -> bytes:
         elif kind in ("CHAR", "VARCHAR", "BINARY", "VARBINARY"):
             data = part.encode("utf-8") if isinstance(part, str) else bytes(part)
             if len(data) <= 7:
-                fixed[slot:slot + len(data)] = data
+                fixed[slot : slot + len(data)] = data
                 fixed[slot + 7] = 0x80 | len(data)
             else:
                 offset = header + 8 * arity + len(variable)
@@ -182,6 +194,8 @@ def encode_binary_row(value, desc: TypeDescriptor) -> bytes:
         elif kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE") and field.attr("precision") <= 3:
             struct.pack_into("<q", fixed, slot, int(part) // 1000)
         else:
-            raise UnsupportedError(f"statecat cannot compute the key-group of SQL keys with a {field.describe()} field",
-                                   hint="Read the state without a key filter")
+            raise UnsupportedError(
+                f"statecat cannot compute the key-group of SQL keys with a {field.describe()} field",
+                hint="Read the state without a key filter",
+            )
     return bytes(fixed + variable)

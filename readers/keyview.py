@@ -40,7 +40,14 @@ from statecat.statemeta.types import TypeDescriptor, key_column_type
 
 _STRING_KINDS = ("string", "string_data", "char", "CHAR", "VARCHAR")
 _INT_RANGES = {
-    "byte": 8, "TINYINT": 8, "short": 16, "SMALLINT": 16, "int": 32, "INTEGER": 32, "long": 64, "BIGINT": 64,
+    "byte": 8,
+    "TINYINT": 8,
+    "short": 16,
+    "SMALLINT": 16,
+    "int": 32,
+    "INTEGER": 32,
+    "long": 64,
+    "BIGINT": 64,
 }
 _FLOAT_KINDS = ("float", "double", "FLOAT", "DOUBLE")
 _BOOLEAN_KINDS = ("boolean", "BOOLEAN")
@@ -122,8 +129,9 @@ def _coerce_composite(value, t: TypeDescriptor) -> dict:
         try:
             value = json.loads(value)
         except ValueError:
-            raise KeyNotCoercible(f"the key type is the composite {t.describe()}: give the key as a JSON list of "
-                                  f"{len(names)} fields") from None
+            raise KeyNotCoercible(
+                f"the key type is the composite {t.describe()}: give the key as a JSON list of {len(names)} fields"
+            ) from None
     if isinstance(value, dict):
         if set(value) != set(names):
             raise KeyNotCoercible(f"fields {sorted(value)} are not the key's fields {names}")
@@ -155,9 +163,17 @@ class KeyRow:
     value: object  # timers: the timestamp (ms)
 
     def as_dict(self) -> dict:
-        return {"operator": self.operator, "operator_id": self.operator_id, "state": self.state, "table": self.table,
-                "kind": self.kind, "key": self.key, "key_group": self.key_group, "namespace": self.namespace,
-                "value": self.value}
+        return {
+            "operator": self.operator,
+            "operator_id": self.operator_id,
+            "state": self.state,
+            "table": self.table,
+            "kind": self.kind,
+            "key": self.key,
+            "key_group": self.key_group,
+            "namespace": self.namespace,
+            "value": self.value,
+        }
 
 
 KEY_VIEW_COLUMNS = ("operator", "operator_id", "state", "table", "kind", "key", "key_group", "namespace", "value")
@@ -174,8 +190,7 @@ class SkippedState:
     coercion: bool  # True when K does not fit the state's key type
 
     def as_dict(self) -> dict:
-        return {"operator": self.operator, "operator_id": self.operator_id, "state": self.state,
-                "reason": self.reason}
+        return {"operator": self.operator, "operator_id": self.operator_id, "state": self.state, "reason": self.reason}
 
 
 @dataclass
@@ -207,16 +222,23 @@ class KeyView:
         from statecat.statemeta.html import block, escape, table
 
         heading = f"<b>key {escape(repr(self.key))}</b> in {escape(self.path)} (checkpoint {self.checkpoint_id})"
-        body = table(KEY_VIEW_COLUMNS, [[row.as_dict()[c] for c in KEY_VIEW_COLUMNS] for row in self.rows],
-                     caption=f"{len(self.rows)} row(s) from {self.states_read} state(s)")
+        body = table(
+            KEY_VIEW_COLUMNS,
+            [[row.as_dict()[c] for c in KEY_VIEW_COLUMNS] for row in self.rows],
+            caption=f"{len(self.rows)} row(s) from {self.states_read} state(s)",
+        )
         if self.skipped:
-            body += table(("operator", "state", "reason"), [(s.operator, s.state, s.reason) for s in self.skipped],
-                          caption="states not read")
+            body += table(
+                ("operator", "state", "reason"),
+                [(s.operator, s.state, s.reason) for s in self.skipped],
+                caption="states not read",
+            )
         return block(heading + body)
 
 
-def select_states(meta: StateMeta, operators: Sequence[str] | None = None,
-                  states: Sequence[str] | None = None) -> list[tuple[OperatorMeta, StateInfo]]:
+def select_states(
+    meta: StateMeta, operators: Sequence[str] | None = None, states: Sequence[str] | None = None
+) -> list[tuple[OperatorMeta, StateInfo]]:
     """The states of ``meta`` in the named operators (id, uid or name) with the given names.
 
     A name that matches nothing raises ``LookupFailedError`` with the known names."""
@@ -225,21 +247,25 @@ def select_states(meta: StateMeta, operators: Sequence[str] | None = None,
         wanted = set()
         for ref in operators:
             # _metadata before Flink 2.0 keeps no uids, but an operator's id is derived from its uid.
-            matches = {op.id for op in meta.operators
-                       if ref in (op.id, op.uid, op.name) or op.id == operator_id_for_uid(ref)}
+            matches = {
+                op.id for op in meta.operators if ref in (op.id, op.uid, op.name) or op.id == operator_id_for_uid(ref)
+            }
             wanted |= matches
             if not matches:
-                raise LookupFailedError(f"unknown operator {ref!r} in savepoint {meta.path}",
-                                        hint=did_you_mean(ref, [op.label for op in meta.operators]
-                                                          + [op.id for op in meta.operators]))
+                raise LookupFailedError(
+                    f"unknown operator {ref!r} in savepoint {meta.path}",
+                    hint=did_you_mean(ref, [op.label for op in meta.operators] + [op.id for op in meta.operators]),
+                )
         chosen = [(op, s) for op, s in chosen if op.id in wanted]
     if states:
         names = {s.name for _, s in chosen}
         for name in states:
             if name not in names:
-                raise LookupFailedError(f"unknown state {name!r} in savepoint {meta.path}"
-                                        + (" (in the operators named)" if operators else ""),
-                                        hint=did_you_mean(name, names))
+                raise LookupFailedError(
+                    f"unknown state {name!r} in savepoint {meta.path}"
+                    + (" (in the operators named)" if operators else ""),
+                    hint=did_you_mean(name, names),
+                )
         chosen = [(op, s) for op, s in chosen if s.name in set(states)]
     return chosen
 
@@ -256,8 +282,9 @@ def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Seq
         if state.key is None or key_column_type(state.key).kind == "raw":
             # Not K's fault: no key of any form could be matched against these bytes.
             reasons = "; ".join(state.key.raw_reasons()) if state.key is not None else "no key serializer"
-            view.skipped.append(SkippedState(op.label, op.id, state.name, f"its keys cannot be decoded ({reasons})",
-                                             False))
+            view.skipped.append(
+                SkippedState(op.label, op.id, state.name, f"its keys cannot be decoded ({reasons})", False)
+            )
             continue
         try:
             coerced = coerce_key(key, state.key)
@@ -274,26 +301,37 @@ def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Seq
             view.skipped.append(SkippedState(op.label, op.id, state.name, exc.message, False))
             continue
         view.states_read += 1
-        location = next((loc for loc in state.locations
-                         if loc.holds_key_group(key_group)), None)
-        if location is None or (location.native is None
-                                and location.offsets[key_group - location.start_key_group] == 0):
+        location = next((loc for loc in state.locations if loc.holds_key_group(key_group)), None)
+        if location is None or (
+            location.native is None and location.offsets[key_group - location.start_key_group] == 0
+        ):
             continue  # no subtask wrote anything into K's key-group
         # The states of an operator share each subtask's stream: its key-group is read once for all
         # (a native RocksDB instance keeps each state in its own column family).
         own = state.name if location.native is not None else None
         plans.setdefault((location.subtask, location.stream, key_group, own), []).append(
-            (op, state, scanner, location, coerced))
+            (op, state, scanner, location, coerced)
+        )
     for (_, _, key_group, _), items in plans.items():
         reading = items[0][2]
         native = items[0][3].native is not None  # one state per plan: seek to its key
-        for group, data, file, base in reading._key_groups(items[0][3], {key_group},
-                                                           [items[0][4]] if native else None):
+        for group, data, file, base in reading._key_groups(items[0][3], {key_group}, [items[0][4]] if native else None):
             for op, state, scanner, location, coerced in items:
                 batch = decode_key_group(scanner, location, group, data, file, base)
                 for row in _rows_of_key(batch, coerced, scanner):
-                    view.rows.append(KeyRow(op.label, op.id, state.name, tables[(op.id, state.name)], state.kind,
-                                            row["key"], group, row["namespace"], row["value"]))
+                    view.rows.append(
+                        KeyRow(
+                            op.label,
+                            op.id,
+                            state.name,
+                            tables[(op.id, state.name)],
+                            state.kind,
+                            row["key"],
+                            group,
+                            row["namespace"],
+                            row["value"],
+                        )
+                    )
                 view.stats.rows += batch.num_rows
         view.stats.bytes_read += reading.stats.bytes_read
         view.stats.key_groups += reading.stats.key_groups
@@ -301,8 +339,9 @@ def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Seq
     return view
 
 
-def decode_key_group(scanner: KeyedStateScanner, location: KeyedLocation, key_group: int, data: bytes, file: str,
-                     base: int) -> pa.RecordBatch:
+def decode_key_group(
+    scanner: KeyedStateScanner, location: KeyedLocation, key_group: int, data: bytes, file: str, base: int
+) -> pa.RecordBatch:
     """All rows of one state in one key-group's bytes (as ``KeyedStateScanner._key_groups`` yields them),
     column-wise where the scanner can, else entry by entry."""
     if scanner.fast is not None:
@@ -327,9 +366,10 @@ def _rows_of_key(batch: pa.RecordBatch, key, scanner: KeyedStateScanner) -> list
 def key_not_coercible_error(key, views: Iterable[KeyView]) -> LookupFailedError:
     reasons = sorted({s.reason for v in views for s in v.skipped if s.coercion})
     shown = "; ".join(reasons[:4]) + (f"; and {len(reasons) - 4} more reasons" if len(reasons) > 4 else "")
-    return LookupFailedError(f"key {key!r} fits no keyed state's key type ({shown})",
-                             hint="Give the key as the key column shows it: text, a number, or a JSON list of the "
-                                  "fields of a composite key")
+    return LookupFailedError(
+        f"key {key!r} fits no keyed state's key type ({shown})",
+        hint="Give the key as the key column shows it: text, a number, or a JSON list of the fields of a composite key",
+    )
 
 
 # ----------------------------------------------------------------------------- history
@@ -359,9 +399,16 @@ def snapshot_time(path: str) -> tuple[dt.datetime | None, str]:
         return None, f"unknown: {exc.message}"
 
 
-def key_history(root: str | Sequence[str], key, *, operators: Sequence[str] | None = None,
-                states: Sequence[str] | None = None, unpickle: bool = False,
-                allowed_roots: Sequence[str] | None = None, descriptors=None) -> list[KeyHistoryEntry]:
+def key_history(
+    root: str | Sequence[str],
+    key,
+    *,
+    operators: Sequence[str] | None = None,
+    states: Sequence[str] | None = None,
+    unpickle: bool = False,
+    allowed_roots: Sequence[str] | None = None,
+    descriptors=None,
+) -> list[KeyHistoryEntry]:
     """The key view of ``key`` in every savepoint and checkpoint under ``root`` (or in each path given),
     ordered by when each was taken (checkpoint id, then path, where the time is unknown).
 
@@ -397,9 +444,22 @@ def _history_order(entry: KeyHistoryEntry):
     taken = entry.taken_at
     if taken is not None and taken.tzinfo is None:
         taken = taken.replace(tzinfo=dt.UTC)
-    return (taken is None, taken or dt.datetime.min.replace(tzinfo=dt.UTC),
-            entry.checkpoint_id if entry.checkpoint_id is not None else -1, entry.path)
+    return (
+        taken is None,
+        taken or dt.datetime.min.replace(tzinfo=dt.UTC),
+        entry.checkpoint_id if entry.checkpoint_id is not None else -1,
+        entry.path,
+    )
 
 
-__all__ = ["KeyView", "KeyRow", "SkippedState", "KeyHistoryEntry", "KeyNotCoercible", "coerce_key", "key_view",
-           "key_history", "select_states"]
+__all__ = [
+    "KeyView",
+    "KeyRow",
+    "SkippedState",
+    "KeyHistoryEntry",
+    "KeyNotCoercible",
+    "coerce_key",
+    "key_view",
+    "key_history",
+    "select_states",
+]

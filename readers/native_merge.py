@@ -28,8 +28,10 @@ from statecat.readers.sst.format import (
 MERGE_OK = 0
 MERGE_UNSUPPORTED_TYPE = 1
 MERGE_OUT_OF_BOUNDS = 2
-MERGE_ERRORS = {MERGE_UNSUPPORTED_TYPE: "an entry of a value type Flink's state does not use",
-                MERGE_OUT_OF_BOUNDS: "an entry outside its decoded block"}
+MERGE_ERRORS = {
+    MERGE_UNSUPPORTED_TYPE: "an entry of a value type Flink's state does not use",
+    MERGE_OUT_OF_BOUNDS: "an entry outside its decoded block",
+}
 LIST_DELIMITER = 0x2C  # ','
 
 
@@ -135,16 +137,32 @@ class Runs:
 
     def restrict(self, lower: bytes, upper: bytes | None) -> None:
         """Keeps each run's entries with a user key in [lower, upper)."""
-        _bounds(self.keys, self.key_start, self.key_len, self.begin, self.end,
-                np.frombuffer(lower, dtype=np.uint8), np.frombuffer(upper or b"\0", dtype=np.uint8), upper is not None)
+        _bounds(
+            self.keys,
+            self.key_start,
+            self.key_len,
+            self.begin,
+            self.end,
+            np.frombuffer(lower, dtype=np.uint8),
+            np.frombuffer(upper or b"\0", dtype=np.uint8),
+            upper is not None,
+        )
 
     def resolved(self):
         """The live entries, in key order, as (buffer, key at, key length, value at, value length):
         positions into one buffer holding the decoded keys, the decoded values and the values merge
         operands combine into. None when keys are too long for the sorted path (see ``MAX_SORT_WORDS``)."""
         idx = _live_indexes(self.begin, self.end)
-        longest, merges = _live_sizes(idx, self.key_start, self.key_len, self.value_start, self.value_len, self.vtype,
-                                      self.keys.shape[0], self.values_size)
+        longest, merges = _live_sizes(
+            idx,
+            self.key_start,
+            self.key_len,
+            self.value_start,
+            self.value_len,
+            self.vtype,
+            self.keys.shape[0],
+            self.values_size,
+        )
         if longest < 0:
             raise MergeFailure(MERGE_OUT_OF_BOUNDS, -1)
         if idx.shape[0] == 0:
@@ -173,10 +191,21 @@ class Runs:
         # merge operands (list state) are joined into ``extra``; without any it stays empty
         extra = np.empty(int(self.value_len[ordered].sum()) + ordered.shape[0] if merges else 0, dtype=np.uint8)
         positions = [np.empty(ordered.shape[0], dtype=np.int64) for _ in range(4)]
-        count, extra_used, error, at = _resolve(ordered, heads[order], self.key_start, self.key_len, self.vtype,
-                                                self.values if merges else extra, self.value_start,
-                                                self.value_len, key_base, value_base, extra_base, extra,
-                                                *positions)
+        count, extra_used, error, at = _resolve(
+            ordered,
+            heads[order],
+            self.key_start,
+            self.key_len,
+            self.vtype,
+            self.values if merges else extra,
+            self.value_start,
+            self.value_len,
+            key_base,
+            value_base,
+            extra_base,
+            extra,
+            *positions,
+        )
         if error != MERGE_OK:
             raise MergeFailure(error, int(self.vtype[at]) if at >= 0 else -1)
         buffer = np.concatenate((self.keys, *self.value_parts, extra[:extra_used]))
@@ -189,8 +218,13 @@ def _disjoint_order(keys, key_start, key_len, begin, end) -> list[int] | None:
     for r in range(begin.shape[0]):
         if end[r] > begin[r]:
             first, last = begin[r], end[r] - 1
-            spans.append((keys[key_start[first]:key_start[first] + key_len[first]].tobytes(),
-                          keys[key_start[last]:key_start[last] + key_len[last]].tobytes(), r))
+            spans.append(
+                (
+                    keys[key_start[first] : key_start[first] + key_len[first]].tobytes(),
+                    keys[key_start[last] : key_start[last] + key_len[last]].tobytes(),
+                    r,
+                )
+            )
     spans.sort()
     if any(spans[i][0] <= spans[i - 1][1] for i in range(1, len(spans))):
         return None
@@ -245,8 +279,12 @@ def _live_sizes(idx, key_start, key_len, value_start, value_len, vtype, keys_siz
     longest = 0
     merges = False
     for i in idx:
-        if key_start[i] < 0 or key_start[i] + key_len[i] > keys_size or value_start[i] < 0 or (
-                value_start[i] + value_len[i] > values_size):
+        if (
+            key_start[i] < 0
+            or key_start[i] + key_len[i] > keys_size
+            or value_start[i] < 0
+            or (value_start[i] + value_len[i] > values_size)
+        ):
             return -1, False
         longest = max(longest, key_len[i])
         merges = merges or vtype[i] == TYPE_MERGE
@@ -332,8 +370,24 @@ def _same_key(heads, key_len, ordered, a, b):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _resolve(ordered, heads, key_start, key_len, vtype, vb, value_start, value_len, key_base, value_base,
-             extra_base, extra, key_at, key_ln, value_at, value_ln):  # pragma: no cover - compiled
+def _resolve(
+    ordered,
+    heads,
+    key_start,
+    key_len,
+    vtype,
+    vb,
+    value_start,
+    value_len,
+    key_base,
+    value_base,
+    extra_base,
+    extra,
+    key_at,
+    key_ln,
+    value_at,
+    value_ln,
+):  # pragma: no cover - compiled
     """Newest version of each key (versions sorted newest first): a Put's value, nothing for a
     deletion, merge operands over the version below them joined by ','. Returns (entries,
     extra bytes used, error code, offending entry)."""

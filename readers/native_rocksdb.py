@@ -138,8 +138,12 @@ def _open_sst(storage, file: RocksDBFile, verify_checksums: bool):
             else:
                 data = stream.read(size)
                 if len(data) != size:
-                    raise FormatError(f"expected {size} bytes of the SST file {file.name}, got {len(data)}",
-                                      file=name, offset=base + len(data), hint="The snapshot's file is truncated")
+                    raise FormatError(
+                        f"expected {size} bytes of the SST file {file.name}, got {len(data)}",
+                        file=name,
+                        offset=base + len(data),
+                        hint="The snapshot's file is truncated",
+                    )
                 source = io.BytesIO(data)
     try:
         return SstFile(source, display, size, verify_checksums=verify_checksums), source
@@ -192,8 +196,14 @@ def column_family_bytes(storage: Storage, handle: NativeRocksDBHandle) -> dict[s
 # --------------------------------------------------------------------------- key-groups
 
 
-def framed_key_groups(instance: NativeInstance, location: KeyedLocation, column_family: str, prefix_bytes: int,
-                      key_groups: set[int] | None, seeks: dict | None = None) -> Iterator[tuple[int, bytes]]:
+def framed_key_groups(
+    instance: NativeInstance,
+    location: KeyedLocation,
+    column_family: str,
+    prefix_bytes: int,
+    key_groups: set[int] | None,
+    seeks: dict | None = None,
+) -> Iterator[tuple[int, bytes]]:
     """(key-group, its entries) of the state's non-empty key-groups, in order.
 
     One key-group at a time (memory bounded by a key-group, as for savepoints); each file's index
@@ -227,7 +237,7 @@ class ColumnFamilyReader:
         """The state's live entries of one key-group (empty bytes: none); with ``keys`` (their
         serialized bytes) only those of the one key given, when exactly one is."""
         lower = key_group_prefix(key_group, prefix_bytes)
-        upper = key_group_prefix(key_group + 1, prefix_bytes) if key_group + 1 < 256 ** prefix_bytes else None
+        upper = key_group_prefix(key_group + 1, prefix_bytes) if key_group + 1 < 256**prefix_bytes else None
         if keys is not None and len(keys) == 1 and keys[0] is not None:
             # Every composite key of that key starts with the prefix and its serialized bytes.
             lower = lower + keys[0]
@@ -241,8 +251,10 @@ class ColumnFamilyReader:
             except MergeFailure as failure:
                 raise (UnsupportedError if failure.error == MERGE_UNSUPPORTED_TYPE else FormatError)(
                     f"{failure} (value type {failure.value_type}) in column family {self.name!r}, key-group "
-                    f"{key_group}", file=self.instance.description,
-                    hint="The SST files are damaged, or were not written by Flink's RocksDB backend") from None
+                    f"{key_group}",
+                    file=self.instance.description,
+                    hint="The SST files are damaged, or were not written by Flink's RocksDB backend",
+                ) from None
             if resolved is not None:
                 buffer, *positions = resolved
                 return NativeKeyGroup.of(buffer, positions) if positions[0].shape[0] else b""

@@ -57,19 +57,18 @@ LOCAL_DATE_NULL_YEAR = 0xFFFFFFFF
 LOCAL_TIME_NULL_HOUR = 0xFF
 
 
-
 def _boolean(buf, pos):
     return buf[pos] != 0, pos + 1
 
 
 def _utf8(buf, pos):
     n, pos = read_length(buf, pos, "string length")
-    return utf8_text(bytes(buf[pos:pos + n])), pos + n
+    return utf8_text(bytes(buf[pos : pos + n])), pos + n
 
 
 def _bytes(buf, pos):
     n, pos = read_length(buf, pos)
-    return bytes(buf[pos:pos + n]), pos + n
+    return bytes(buf[pos : pos + n]), pos + n
 
 
 def _sql_date(buf, pos):
@@ -119,11 +118,25 @@ def _local_datetime(buf, pos):
 
 
 _SCALARS: dict[str, Decoder] = {
-    "BOOLEAN": _boolean, "BYTE": _fixed(_BE_I8, 1), "SHORT": _fixed(_BE_I16, 2), "INT": _fixed(_BE_I32, 4),
-    "LONG": _fixed(_BE_I64, 8), "BIG_INT": _fixed(_BE_I64, 8), "FLOAT": _fixed(_BE_F32, 4), "DOUBLE": _fixed(_BE_F64, 8),
-    "STRING": _utf8, "CHAR": _utf8, "BIG_DEC": _utf8, "BYTES": _bytes,
-    "SQL_DATE": _sql_date, "SQL_TIME": _sql_time, "SQL_TIMESTAMP": _sql_timestamp, "INSTANT": _instant,
-    "LOCAL_DATE": _local_date_days, "LOCAL_TIME": _local_time, "LOCAL_DATETIME": _local_datetime,
+    "BOOLEAN": _boolean,
+    "BYTE": _fixed(_BE_I8, 1),
+    "SHORT": _fixed(_BE_I16, 2),
+    "INT": _fixed(_BE_I32, 4),
+    "LONG": _fixed(_BE_I64, 8),
+    "BIG_INT": _fixed(_BE_I64, 8),
+    "FLOAT": _fixed(_BE_F32, 4),
+    "DOUBLE": _fixed(_BE_F64, 8),
+    "STRING": _utf8,
+    "CHAR": _utf8,
+    "BIG_DEC": _utf8,
+    "BYTES": _bytes,
+    "SQL_DATE": _sql_date,
+    "SQL_TIME": _sql_time,
+    "SQL_TIMESTAMP": _sql_timestamp,
+    "INSTANT": _instant,
+    "LOCAL_DATE": _local_date_days,
+    "LOCAL_TIME": _local_time,
+    "LOCAL_DATETIME": _local_datetime,
 }
 
 
@@ -133,9 +146,11 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
     if name in _SCALARS:
         return _SCALARS[name]
     if name == "PICKLED":
+
         def pickled(buf, pos):
             data, pos = _bytes(buf, pos)
             return render_pickled(data, unpickle), pos
+
         return pickled
     if name in ("LIST", "BASIC_ARRAY", "OBJECT_ARRAY"):
         element = coder_decoder(t.args[0][1], unpickle=unpickle)
@@ -152,6 +167,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
                 else:
                     out.append(None)
             return out, pos
+
         return generic_array
     if name == "PRIMITIVE_ARRAY":
         return _counted(coder_decoder(t.args[0][1], unpickle=unpickle))
@@ -172,6 +188,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
                     v, pos = value(buf, pos)
                     out.append((k, v))
             return out, pos
+
         return map_
     if name in ("TUPLE", "ROW"):
         names = [n for n, _ in t.args]
@@ -187,14 +204,17 @@ def build_pyflink_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> De
     layout = desc.attr("layout")
     value = coder_decoder(parse_type(desc.attr("coder")), unpickle=unpickle)
     if layout == "plain":
+
         def plain(buf, pos):
             n, pos = read_length(buf, pos)
             end = pos + n
             result, stop = value(buf, pos)
             if stop != end:
-                raise DecodeError(f"PyFlink {desc.attr('coder')} value decoded to {stop - pos} bytes but is stored "
-                                  f"in {n}")
+                raise DecodeError(
+                    f"PyFlink {desc.attr('coder')} value decoded to {stop - pos} bytes but is stored in {n}"
+                )
             return result, end
+
         return plain
     if layout in ("bag_first", "bag_all"):
         everything = layout == "bag_all"
@@ -223,5 +243,6 @@ def build_pyflink_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> De
             if everything:
                 return values, pos
             return (values[0] if values else None), pos
+
         return bag
     raise UnsupportedError(f"unknown PyFlink state layout {layout!r}")

@@ -82,8 +82,12 @@ def decompress_snappy_framed(data: bytes, file: str, offset: int) -> bytes:
     try:
         return bytes(cramjam.snappy.decompress(data))
     except cramjam.DecompressionError as exc:
-        raise FormatError(f"expected snappy-framed compressed state data, got bytes that do not decompress ({exc})",
-                          file=file, offset=offset, hint="The state file is damaged") from None
+        raise FormatError(
+            f"expected snappy-framed compressed state data, got bytes that do not decompress ({exc})",
+            file=file,
+            offset=offset,
+            hint="The state file is damaged",
+        ) from None
 
 
 def _skip_length_trailer(buf: bytes, pos: int, n: int) -> int:
@@ -139,12 +143,12 @@ class WindowBuffer:
             return None
         got = 0
         while got < n:
-            count = stream.readinto(self.view[start + got:start + n])
+            count = stream.readinto(self.view[start + got : start + n])
             if not count:
                 break
             got += count
         self.used = start + got
-        part = self.view[start:start + got]
+        part = self.view[start : start + got]
         self.starts[id(part)] = start
         return part
 
@@ -152,7 +156,7 @@ class WindowBuffer:
         """(the buffer's filled bytes, {id of each data: its start}) when every one of ``datas``
         was read into this buffer in this window, else None."""
         if all(id(data) in self.starts for data in datas):
-            return self.view[:self.used], self.starts
+            return self.view[: self.used], self.starts
         return None
 
     def reset(self) -> None:
@@ -203,11 +207,16 @@ class KeyedStateScanner:
             self.fast = None
             return
         self.fast = self._fast_extractor(namespace)
-        if self.value_kind != "element" and (self.key_raw or self.namespace_raw) and (
-                self.value_kind in ("map", "timer") or self.namespace_length is None):
+        if (
+            self.value_kind != "element"
+            and (self.key_raw or self.namespace_raw)
+            and (self.value_kind in ("map", "timer") or self.namespace_length is None)
+        ):
             raise UnsupportedError(
-                "the key and namespace of this state cannot be told apart: "
-                + "; ".join(state.raw_reasons), operator=operator.label, state=state.name)
+                "the key and namespace of this state cannot be told apart: " + "; ".join(state.raw_reasons),
+                operator=operator.label,
+                state=state.name,
+            )
 
     @staticmethod
     def _decoder_or_none(desc: TypeDescriptor, unpickle: bool):
@@ -239,8 +248,9 @@ class KeyedStateScanner:
             user_key, map_value = plan_column(value.child("key")), plan_column(value.child("value"))
             if user_key is None or map_value is None:
                 return None
-            return ColumnExtractor(key, ns, map_value, prefix=self.prefix, mode="map", user_key=user_key,
-                                   value_arrow=value_arrow)
+            return ColumnExtractor(
+                key, ns, map_value, prefix=self.prefix, mode="map", user_key=user_key, value_arrow=value_arrow
+            )
         if self.value_kind == "list":
             element = plan_column(value.child("element"))
             if element is None or element.kind not in ("java_scalar", "java_string"):
@@ -251,8 +261,13 @@ class KeyedStateScanner:
 
     # -- reading
 
-    def batches(self, locations: Iterable[KeyedLocation] | None = None, key_groups: set[int] | None = None,
-                batch_rows: int = DEFAULT_BATCH_ROWS, keys: list | None = None) -> Iterator[pa.RecordBatch]:
+    def batches(
+        self,
+        locations: Iterable[KeyedLocation] | None = None,
+        key_groups: set[int] | None = None,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+        keys: list | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         locations = self.state.locations if locations is None else locations
         if self.fast is not None and (keys is None or self._filterable_keys()):
             batches = self._fast_batches(locations, key_groups, batch_rows, keys)
@@ -333,12 +348,20 @@ class KeyedStateScanner:
         try:
             arrays = [pa.array(col, type=f.type) for col, f in zip(columns, self.schema)]
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-            raise FormatError(f"decoded values do not fit the state's type {self.schema}: {exc}",
-                              operator=self.operator.label, state=self.state.name) from exc
+            raise FormatError(
+                f"decoded values do not fit the state's type {self.schema}: {exc}",
+                operator=self.operator.label,
+                state=self.state.name,
+            ) from exc
         return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
-    def _key_groups(self, location: KeyedLocation, key_groups: set[int] | None, keys: list | None = None,
-                    window: WindowBuffer | None = None):
+    def _key_groups(
+        self,
+        location: KeyedLocation,
+        key_groups: set[int] | None,
+        keys: list | None = None,
+        window: WindowBuffer | None = None,
+    ):
         """(key-group, bytes, file, file offset) of each wanted non-empty key-group, in order.
 
         ``keys``: the only keys wanted (a hint: a native RocksDB instance then reads only the
@@ -347,8 +370,11 @@ class KeyedStateScanner:
         if location.layout == NATIVE_ROCKSDB_LAYOUT:
             yield from self._native_key_groups(location, key_groups, keys)
             return
-        wanted = [(i, offset) for i, offset in enumerate(location.offsets)
-                  if offset != 0 and (key_groups is None or location.start_key_group + i in key_groups)]
+        wanted = [
+            (i, offset)
+            for i, offset in enumerate(location.offsets)
+            if offset != 0 and (key_groups is None or location.start_key_group + i in key_groups)
+        ]
         if not wanted:
             return
         stream, file, base = open_stream(self.meta.storage, location.stream, 0)
@@ -367,10 +393,14 @@ class KeyedStateScanner:
                     data = _read_up_to(stream, end - offset)
                 position = end
                 if len(data) != end - offset:
-                    raise FormatError(f"expected key-group {key_group} to span {end - offset} bytes, the file ends "
-                                      f"after {len(data)}", file=file, offset=base + offset + len(data),
-                                      operator=self.operator.label, state=self.state.name,
-                                      hint="The state file is truncated")
+                    raise FormatError(
+                        f"expected key-group {key_group} to span {end - offset} bytes, the file ends after {len(data)}",
+                        file=file,
+                        offset=base + offset + len(data),
+                        operator=self.operator.label,
+                        state=self.state.name,
+                        hint="The state file is truncated",
+                    )
                 self.stats.bytes_read += len(data)
                 self.stats.key_groups += 1
                 self.stats.subtasks.add(location.subtask)
@@ -392,16 +422,23 @@ class KeyedStateScanner:
                 seeks.setdefault(group, []).append(serialized_key(key, self.state.key))
         instance = NativeInstance(self.meta.storage, location.native)
         try:
-            for key_group, data in framed_key_groups(instance, location, self.state.name, self.prefix, key_groups,
-                                                     seeks):
+            for key_group, data in framed_key_groups(
+                instance, location, self.state.name, self.prefix, key_groups, seeks
+            ):
                 self.stats.key_groups += 1
                 self.stats.subtasks.add(location.subtask)
                 yield key_group, data, instance.description, 0
         except StatecatError as exc:
             if exc.operator is not None:
                 raise
-            raise type(exc)(exc.message, file=exc.file, offset=exc.offset, operator=self.operator.label,
-                            state=self.state.name, hint=exc.hint) from None
+            raise type(exc)(
+                exc.message,
+                file=exc.file,
+                offset=exc.offset,
+                operator=self.operator.label,
+                state=self.state.name,
+                hint=exc.hint,
+            ) from None
         finally:
             self.stats.bytes_read += instance.bytes_read
 
@@ -417,13 +454,20 @@ class KeyedStateScanner:
                 continue
             previous = starts[-1][1] if starts else 0
             if offset < 0 or offset <= previous or offset >= size:
-                expected = (f"an offset after the previous key-group's {previous}" if 0 < offset <= previous
-                            else f"an offset within the stream's {size} bytes")
-                raise FormatError(f"expected key-group {location.start_key_group + i} to start at {expected}, got "
-                                  f"{offset} (key-group offsets of the stream at byte offset {base})", file=file,
-                                  offset=base + (previous if offset < 0 or offset <= previous else size),
-                                  operator=self.operator.label, state=self.state.name,
-                                  hint="The key-group offsets in _metadata are damaged")
+                expected = (
+                    f"an offset after the previous key-group's {previous}"
+                    if 0 < offset <= previous
+                    else f"an offset within the stream's {size} bytes"
+                )
+                raise FormatError(
+                    f"expected key-group {location.start_key_group + i} to start at {expected}, got "
+                    f"{offset} (key-group offsets of the stream at byte offset {base})",
+                    file=file,
+                    offset=base + (previous if offset < 0 or offset <= previous else size),
+                    operator=self.operator.label,
+                    state=self.state.name,
+                    hint="The key-group offsets in _metadata are damaged",
+                )
             starts.append((i, offset))
         ends = [offset for _, offset in starts[1:]] + [size]
         return {i: end for (i, _), end in zip(starts, ends)}
@@ -434,8 +478,11 @@ class KeyedStateScanner:
         The framing walk is compiled; it also checks every length against the key-group's bytes,
         every entry's key-group prefix, and every state id against the stream header's states."""
         if location.layout == HEAP_CHECKPOINT_LAYOUT:
-            raise UnsupportedError("entry positions are only located in savepoint-layout key-groups, not in a heap "
-                                   "checkpoint's", operator=self.operator.label, state=self.state.name)
+            raise UnsupportedError(
+                "entry positions are only located in savepoint-layout key-groups, not in a heap checkpoint's",
+                operator=self.operator.label,
+                state=self.state.name,
+            )
         native_positions = getattr(data, "positions", None)
         if location.layout == NATIVE_ROCKSDB_LAYOUT and native_positions is not None:
             return np.frombuffer(data, dtype=np.uint8), native_positions  # merged from SST files
@@ -448,17 +495,31 @@ class KeyedStateScanner:
         if error != WALK_OK:
             offset, within = _position(location, base, at)
             got = f" ({_U16(data, at)[0]})" if error == WALK_BAD_STATE_ID else ""
-            raise FormatError(f"{WALK_ERRORS[error]}{got} in key-group {key_group} ({len(data)} bytes, "
-                              f"{state_count} states in the stream){within}", file=file,
-                              offset=offset, operator=self.operator.label, state=self.state.name,
-                              hint="The state file is damaged or truncated")
+            raise FormatError(
+                f"{WALK_ERRORS[error]}{got} in key-group {key_group} ({len(data)} bytes, "
+                f"{state_count} states in the stream){within}",
+                file=file,
+                offset=offset,
+                operator=self.operator.label,
+                state=self.state.name,
+                hint="The state file is damaged or truncated",
+            )
         hits = np.flatnonzero(state_of[:count] == location.state_id)
         if hits.size and hits[-1] - hits[0] + 1 == hits.size:  # one run, as Flink writes them: no copy
-            return buf, [p[hits[0]:hits[-1] + 1] for p in positions]
+            return buf, [p[hits[0] : hits[-1] + 1] for p in positions]
         return buf, [p[hits] for p in positions]
 
-    def _decode_key_group(self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int,
-                          wanted, positions=None) -> None:
+    def _decode_key_group(
+        self,
+        key_group: int,
+        data: bytes,
+        location: KeyedLocation,
+        columns,
+        file: str,
+        base: int,
+        wanted,
+        positions=None,
+    ) -> None:
         """Decodes the state's entries of one key-group record by record (any type). ``positions``:
         the entries' positions when a walk over all states of the stream already found them."""
         if location.layout == HEAP_CHECKPOINT_LAYOUT:
@@ -487,9 +548,12 @@ class KeyedStateScanner:
                     key, namespace, user_at = self._split_key(buf, kat + prefix, kend)
                     if user_at > kend:
                         raise DecodeError(f"key and namespace overrun the entry's key by {user_at - kend} bytes")
-                    identity = buf[kat + prefix:user_at]
-                    user_key = (buf[user_at:kend] if self.user_key_decoder is None
-                                else _decode_exact(self.user_key_decoder, buf, user_at, kend, "map key"))
+                    identity = buf[kat + prefix : user_at]
+                    user_key = (
+                        buf[user_at:kend]
+                        if self.user_key_decoder is None
+                        else _decode_exact(self.user_key_decoder, buf, user_at, kend, "map key")
+                    )
                     if identity != map_identity:
                         if map_keep:
                             values.append(map_entries)
@@ -503,7 +567,7 @@ class KeyedStateScanner:
                 elif value_kind == "element":
                     keys.append(None)
                     namespaces.append(None)
-                    values.append(buf[kat + prefix:kend])
+                    values.append(buf[kat + prefix : kend])
                 elif value_kind == "timer":
                     # Flink flips the sign bit so timers sort by time as unsigned bytes.
                     timestamp = _U64(buf, kat + prefix)[0] - TIMER_TIMESTAMP_FLIP
@@ -526,17 +590,23 @@ class KeyedStateScanner:
                 values.append(map_entries)
         except DECODE_FAILURES as exc:
             offset, within = _position(location, base, kat)
-            raise FormatError(f"could not decode an entry of key-group {key_group}{within}: {exc}", file=file,
-                              offset=offset, operator=self.operator.label, state=self.state.name,
-                              hint="The state file is damaged, or its type is not what the header says") from None
+            raise FormatError(
+                f"could not decode an entry of key-group {key_group}{within}: {exc}",
+                file=file,
+                offset=offset,
+                operator=self.operator.label,
+                state=self.state.name,
+                hint="The state file is damaged, or its type is not what the header says",
+            ) from None
 
     def _split_key(self, buf, pos: int, end: int):
         """Decodes key and namespace of a composite key; returns (key, namespace, position after them)."""
         if self.key_raw:
             ns_at = end - self.namespace_length
             if ns_at < pos:
-                raise DecodeError(f"composite key of {end - pos} bytes is shorter than its {self.namespace_length}-byte "
-                                  f"namespace")
+                raise DecodeError(
+                    f"composite key of {end - pos} bytes is shorter than its {self.namespace_length}-byte namespace"
+                )
             key = bytes(buf[pos:ns_at])
             namespace, pos = self.namespace_decoder(buf, ns_at)
             return key, namespace, pos
@@ -546,7 +616,7 @@ class KeyedStateScanner:
             pos = _skip_length_trailer(buf, pos, pos - start)
         ns_start = pos
         if self.namespace_raw:
-            namespace, pos = bytes(buf[pos:pos + self.namespace_length]), pos + self.namespace_length
+            namespace, pos = bytes(buf[pos : pos + self.namespace_length]), pos + self.namespace_length
         else:
             namespace, pos = self.namespace_decoder(buf, pos)
         if self.ambiguous:
@@ -557,7 +627,7 @@ class KeyedStateScanner:
         if self.value_kind == "list":
             return self._list(buf, at, at + length)
         if self.value_decoder is None:
-            return bytes(buf[at:at + length])
+            return bytes(buf[at : at + length])
         return _decode_exact(self.value_decoder, buf, at, at + length, "value")
 
     def _list(self, buf, pos: int, end: int) -> list:
@@ -583,7 +653,7 @@ class KeyedStateScanner:
         if buf[at]:  # null flag; heap writes the serializer's null form after it, RocksDB nothing
             return None
         if self.map_value_decoder is None:
-            return bytes(buf[at + 1:at + length])
+            return bytes(buf[at + 1 : at + length])
         return _decode_exact(self.map_value_decoder, buf, at + 1, at + length, "map value")
 
 
@@ -602,8 +672,12 @@ class OperatorStateScanner:
             self.entry_key = self._decoder_or_none(value.child("key"), unpickle)
             self.entry_value = self._decoder_or_none(value.child("value"), unpickle)
             if self.entry_key is None or (self.entry_value is None):
-                raise UnsupportedError("broadcast state entries with a serializer statecat cannot decode are not "
-                                       "framed: " + "; ".join(state.raw_reasons), operator=operator.label, state=state.name)
+                raise UnsupportedError(
+                    "broadcast state entries with a serializer statecat cannot decode are not "
+                    "framed: " + "; ".join(state.raw_reasons),
+                    operator=operator.label,
+                    state=state.name,
+                )
         else:
             self.element = self._decoder_or_none(value, unpickle)
 
@@ -611,10 +685,12 @@ class OperatorStateScanner:
     def _decoder_or_none(desc: TypeDescriptor, unpickle: bool):
         return None if desc.kind == "raw" else build_decoder(desc, unpickle=unpickle)
 
-    def batches(self, locations: Iterable[OperatorLocation] | None = None, batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[pa.RecordBatch]:
+    def batches(
+        self, locations: Iterable[OperatorLocation] | None = None, batch_rows: int = DEFAULT_BATCH_ROWS
+    ) -> Iterator[pa.RecordBatch]:
         values: list = []
         subtasks: list = []
-        for location in (self.state.locations if locations is None else locations):
+        for location in self.state.locations if locations is None else locations:
             for value in self._elements(location):
                 values.append(value)
                 subtasks.append(location.subtask)
@@ -627,11 +703,16 @@ class OperatorStateScanner:
     def _batch(self, values, subtasks) -> pa.RecordBatch:
         self.stats.rows += len(values)
         try:
-            return pa.RecordBatch.from_arrays([pa.array(values, type=self.schema.field("value").type),
-                                               pa.array(subtasks, type=pa.int32())], schema=self.schema)
+            return pa.RecordBatch.from_arrays(
+                [pa.array(values, type=self.schema.field("value").type), pa.array(subtasks, type=pa.int32())],
+                schema=self.schema,
+            )
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
-            raise FormatError(f"decoded values do not fit the state's type: {exc}", operator=self.operator.label,
-                              state=self.state.name) from exc
+            raise FormatError(
+                f"decoded values do not fit the state's type: {exc}",
+                operator=self.operator.label,
+                state=self.state.name,
+            ) from exc
 
     def _elements(self, location: OperatorLocation):
         if not location.offsets:
@@ -644,17 +725,27 @@ class OperatorStateScanner:
             # Offsets and the end come from _metadata: each element must be a non-empty range of the stream.
             for start, end in zip(offsets, ends):
                 if not 0 <= start < end <= size:
-                    raise FormatError(f"expected operator state elements within the stream's {size} bytes, one after "
-                                      f"the other, got an element from {start} to {end}", file=file,
-                                      offset=base + min(max(start, 0), size), operator=self.operator.label,
-                                      state=self.state.name, hint="The state offsets in _metadata are damaged")
+                    raise FormatError(
+                        f"expected operator state elements within the stream's {size} bytes, one after "
+                        f"the other, got an element from {start} to {end}",
+                        file=file,
+                        offset=base + min(max(start, 0), size),
+                        operator=self.operator.label,
+                        state=self.state.name,
+                        hint="The state offsets in _metadata are damaged",
+                    )
             for start, end in zip(offsets, ends):
                 stream.seek(base + start)
                 data = _read_up_to(stream, end - start)
                 if len(data) != end - start:
-                    raise FormatError(f"expected {end - start} bytes of operator state, the file ends after {len(data)}",
-                                      file=file, offset=base + start + len(data), operator=self.operator.label,
-                                      state=self.state.name, hint="The state file is truncated")
+                    raise FormatError(
+                        f"expected {end - start} bytes of operator state, the file ends after {len(data)}",
+                        file=file,
+                        offset=base + start + len(data),
+                        operator=self.operator.label,
+                        state=self.state.name,
+                        hint="The state file is truncated",
+                    )
                 self.stats.bytes_read += len(data)
                 self.stats.subtasks.add(location.subtask)
                 if location.compressed:
@@ -667,9 +758,14 @@ class OperatorStateScanner:
                     else:
                         yield _decode_exact(self.element, data, 0, len(data), "operator state element")
                 except DECODE_FAILURES as exc:
-                    raise FormatError(f"could not decode an operator state element: {exc}", file=file,
-                                      offset=base + start, operator=self.operator.label, state=self.state.name,
-                                      hint="The state file is damaged, or its type is not what the header says") from None
+                    raise FormatError(
+                        f"could not decode an operator state element: {exc}",
+                        file=file,
+                        offset=base + start,
+                        operator=self.operator.label,
+                        state=self.state.name,
+                        hint="The state file is damaged, or its type is not what the header says",
+                    ) from None
 
     def _broadcast_entries(self, data: bytes):
         count = _I32(data, 0)[0]
@@ -697,11 +793,13 @@ class OperatorKeyedScan:
         self.scanners = scanners
 
     def _one_pass(self, scanner: KeyedStateScanner) -> bool:
-        return scanner.heap is None and all(loc.layout not in (HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
-                                            for loc in scanner.state.locations)
+        return scanner.heap is None and all(
+            loc.layout not in (HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT) for loc in scanner.state.locations
+        )
 
-    def batches(self, key_groups: set[int] | None = None, subtasks: set[int] | None = None,
-                batch_rows: int = DEFAULT_BATCH_ROWS) -> Iterator[tuple[str, pa.RecordBatch]]:
+    def batches(
+        self, key_groups: set[int] | None = None, subtasks: set[int] | None = None, batch_rows: int = DEFAULT_BATCH_ROWS
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
         shared = [s for s in self.scanners if self._one_pass(s)]
         # Streams in the order of the first state's locations: each state's rows keep its own order.
         streams: dict[tuple, dict[int, KeyedLocation]] = {}
@@ -741,8 +839,16 @@ class OperatorKeyedScan:
                     yield scanner.state.name, batch
 
     @staticmethod
-    def _locate_all(reader: KeyedStateScanner, key_group: int, data: bytes, location: KeyedLocation, file: str,
-                    base: int, state_count: int, by_state: dict[int, KeyedLocation]) -> dict[int, tuple]:
+    def _locate_all(
+        reader: KeyedStateScanner,
+        key_group: int,
+        data: bytes,
+        location: KeyedLocation,
+        file: str,
+        base: int,
+        state_count: int,
+        by_state: dict[int, KeyedLocation],
+    ) -> dict[int, tuple]:
         """{state index: (its location, its entries' positions)} of the states with entries here."""
         buf = np.frombuffer(data, dtype=np.uint8)
         capacity = len(data) // MIN_ENTRY_BYTES + 1
@@ -752,10 +858,14 @@ class OperatorKeyedScan:
         if error != WALK_OK:
             offset, within = _position(location, base, at)
             got = f" ({_U16(data, at)[0]})" if error == WALK_BAD_STATE_ID else ""
-            raise FormatError(f"{WALK_ERRORS[error]}{got} in key-group {key_group} ({len(data)} bytes, "
-                              f"{state_count} states in the stream){within}", file=file, offset=offset,
-                              operator=reader.operator.label,
-                              hint="The state file is damaged or truncated")
+            raise FormatError(
+                f"{WALK_ERRORS[error]}{got} in key-group {key_group} ({len(data)} bytes, "
+                f"{state_count} states in the stream){within}",
+                file=file,
+                offset=offset,
+                operator=reader.operator.label,
+                hint="The state file is damaged or truncated",
+            )
         state_of = state_of[:count]
         positions = [p[:count] for p in positions]
         found = {}
@@ -765,19 +875,23 @@ class OperatorKeyedScan:
             if not hits.size:
                 continue
             if hits[-1] - hits[0] + 1 == hits.size:
-                found[index] = (loc, [p[hits[0]:hits[-1] + 1] for p in positions])
+                found[index] = (loc, [p[hits[0] : hits[-1] + 1] for p in positions])
             else:
                 found[index] = (loc, [p[hits] for p in positions])
         return found
 
     @staticmethod
-    def _flush(shared: list[KeyedStateScanner], window: list[tuple],
-               joined: tuple | None) -> Iterator[tuple[str, pa.RecordBatch]]:
+    def _flush(
+        shared: list[KeyedStateScanner], window: list[tuple], joined: tuple | None
+    ) -> Iterator[tuple[str, pa.RecordBatch]]:
         """``joined``: the window's bytes as one buffer (WindowBuffer.joined), or None: then they
         are joined here once for all its states."""
         for index, scanner in enumerate(shared):
-            group = [(key_group, data, file, base, *found[index])
-                     for key_group, data, file, base, found in window if index in found]
+            group = [
+                (key_group, data, file, base, *found[index])
+                for key_group, data, file, base, found in window
+                if index in found
+            ]
             if not group:
                 continue
             if scanner.fast is not None:
@@ -808,8 +922,9 @@ def _schema(operator: OperatorMeta, state: StateInfo) -> pa.Schema:
     try:
         return state_schema(state)
     except TypeError as exc:  # a type in the header with no Arrow column (``arrow_type``'s signal)
-        raise UnsupportedError(f"statecat has no column type for this state: {exc}", operator=operator.label,
-                               state=state.name) from None
+        raise UnsupportedError(
+            f"statecat has no column type for this state: {exc}", operator=operator.label, state=state.name
+        ) from None
 
 
 def _keyed_state_counts(operator: OperatorMeta) -> dict[tuple, int]:
@@ -850,4 +965,11 @@ def _hashable(value):
     return value
 
 
-__all__ = ["KeyedStateScanner", "OperatorKeyedScan", "OperatorStateScanner", "ReadStats", "scanner_for", "StatecatError"]
+__all__ = [
+    "KeyedStateScanner",
+    "OperatorKeyedScan",
+    "OperatorStateScanner",
+    "ReadStats",
+    "scanner_for",
+    "StatecatError",
+]

@@ -100,8 +100,14 @@ class SizeTable(tuple):
         from statecat.statemeta.html import block, table
 
         numeric = ("entries", "bytes", "key_group", "subtask", "first_key_group", "last_key_group", "key_groups")
-        return block(table(self.columns, [[getattr(row, c) for c in self.columns] for row in self],
-                           caption=self.title, numeric=numeric))
+        return block(
+            table(
+                self.columns,
+                [[getattr(row, c) for c in self.columns] for row in self],
+                caption=self.title,
+                numeric=numeric,
+            )
+        )
 
 
 def _meta(savepoint) -> StateMeta:
@@ -115,8 +121,11 @@ def _meta(savepoint) -> StateMeta:
 def _keyed_state(meta: StateMeta, state: str, operator: str | None) -> tuple[OperatorMeta, StateInfo]:
     op, info = meta.find_state(state, operator)
     if not info.is_keyed:
-        raise LookupFailedError(f"{info.name!r} is a {info.kind} state; key-groups and keys belong to keyed states",
-                                operator=op.label, hint="Name a keyed state (see `statecat inspect`)")
+        raise LookupFailedError(
+            f"{info.name!r} is a {info.kind} state; key-groups and keys belong to keyed states",
+            operator=op.label,
+            hint="Name a keyed state (see `statecat inspect`)",
+        )
     return op, info
 
 
@@ -140,28 +149,51 @@ def key_group_stats(savepoint, state: str, operator: str | None = None) -> SizeT
             entries[group.key_group] += group.entries
             sizes[group.key_group] += group.bytes
     owner = _subtask_of(op, info)
-    rows = [KeyGroupSize(g, owner.get(g, subtask_for_key_group(g, op.parallelism, op.max_parallelism)),
-                         entries[g], sizes[g]) for g in range(op.max_parallelism)]
-    return SizeTable(rows, KeyGroupSize, f"{info.name} ({op.label}): entries and bytes per key-group",
-                     operator=op.label, state=info.name, parallelism=op.parallelism,
-                     max_parallelism=op.max_parallelism)
+    rows = [
+        KeyGroupSize(
+            g, owner.get(g, subtask_for_key_group(g, op.parallelism, op.max_parallelism)), entries[g], sizes[g]
+        )
+        for g in range(op.max_parallelism)
+    ]
+    return SizeTable(
+        rows,
+        KeyGroupSize,
+        f"{info.name} ({op.label}): entries and bytes per key-group",
+        operator=op.label,
+        state=info.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+    )
 
 
 def _subtask_rows(groups: Iterable[KeyGroupSize], subtask_of) -> list[SubtaskSize]:
     by_subtask: dict[int, list[KeyGroupSize]] = {}
     for row in groups:
         by_subtask.setdefault(subtask_of(row), []).append(row)
-    return [SubtaskSize(subtask, min(r.key_group for r in rows), max(r.key_group for r in rows), len(rows),
-                        sum(r.entries for r in rows), sum(r.bytes for r in rows))
-            for subtask, rows in sorted(by_subtask.items())]
+    return [
+        SubtaskSize(
+            subtask,
+            min(r.key_group for r in rows),
+            max(r.key_group for r in rows),
+            len(rows),
+            sum(r.entries for r in rows),
+            sum(r.bytes for r in rows),
+        )
+        for subtask, rows in sorted(by_subtask.items())
+    ]
 
 
 def subtask_totals(groups: SizeTable) -> SizeTable:
     """Per subtask of the savepoint: its key-group range, entries and bytes (from ``key_group_stats``)."""
-    return SizeTable(_subtask_rows(groups, lambda row: row.subtask), SubtaskSize,
-                     f"{groups.state} ({groups.operator}): per subtask at parallelism {groups.parallelism}",
-                     operator=groups.operator, state=groups.state, parallelism=groups.parallelism,
-                     max_parallelism=groups.max_parallelism)
+    return SizeTable(
+        _subtask_rows(groups, lambda row: row.subtask),
+        SubtaskSize,
+        f"{groups.state} ({groups.operator}): per subtask at parallelism {groups.parallelism}",
+        operator=groups.operator,
+        state=groups.state,
+        parallelism=groups.parallelism,
+        max_parallelism=groups.max_parallelism,
+    )
 
 
 def rescale_preview(groups: SizeTable, parallelism: int) -> SizeTable:
@@ -169,13 +201,22 @@ def rescale_preview(groups: SizeTable, parallelism: int) -> SizeTable:
     key-group g to subtask ``g * parallelism // max_parallelism``."""
     max_parallelism = groups.max_parallelism
     if not isinstance(parallelism, int) or not 1 <= parallelism <= max_parallelism:
-        raise StatecatError(f"expected a parallelism from 1 to the max parallelism {max_parallelism}, got "
-                            f"{parallelism!r}", operator=groups.operator, state=groups.state,
-                            hint="Flink cannot restore keyed state at a parallelism above its max parallelism")
+        raise StatecatError(
+            f"expected a parallelism from 1 to the max parallelism {max_parallelism}, got {parallelism!r}",
+            operator=groups.operator,
+            state=groups.state,
+            hint="Flink cannot restore keyed state at a parallelism above its max parallelism",
+        )
     rows = _subtask_rows(groups, lambda row: subtask_for_key_group(row.key_group, parallelism, max_parallelism))
-    return SizeTable(rows, SubtaskSize, f"{groups.state} ({groups.operator}): per subtask at parallelism "
-                     f"{parallelism} (now {groups.parallelism})", operator=groups.operator, state=groups.state,
-                     parallelism=parallelism, max_parallelism=max_parallelism)
+    return SizeTable(
+        rows,
+        SubtaskSize,
+        f"{groups.state} ({groups.operator}): per subtask at parallelism {parallelism} (now {groups.parallelism})",
+        operator=groups.operator,
+        state=groups.state,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+    )
 
 
 def _key_groups(scanner: KeyedStateScanner, info: StateInfo):
@@ -206,14 +247,25 @@ def top_keys(savepoint, state: str, operator: str | None = None, *, n: int = 10,
                 slot[2] += klen + vlen + ENTRY_LENGTH_FIELDS
         except DECODE_FAILURES as exc:
             offset, within = _position(location, base, kat)
-            raise FormatError(f"could not decode the key of an entry of key-group {key_group}{within}: {exc}",
-                              file=file, offset=offset, operator=op.label, state=info.name,
-                              hint="The state file is damaged, or its key type is not what the header says") from None
+            raise FormatError(
+                f"could not decode the key of an entry of key-group {key_group}{within}: {exc}",
+                file=file,
+                offset=offset,
+                operator=op.label,
+                state=info.name,
+                hint="The state file is damaged, or its key type is not what the header says",
+            ) from None
     column = 2 if by == "bytes" else 1
     ranked = sorted(totals.values(), key=lambda slot: (-slot[column], -slot[3 - column], str(slot[0])))[:n]
-    return SizeTable([KeySize(key, entries, size) for key, entries, size in ranked], KeySize,
-                     f"{info.name} ({op.label}): top {n} keys by {by}", operator=op.label, state=info.name,
-                     parallelism=op.parallelism, max_parallelism=op.max_parallelism)
+    return SizeTable(
+        [KeySize(key, entries, size) for key, entries, size in ranked],
+        KeySize,
+        f"{info.name} ({op.label}): top {n} keys by {by}",
+        operator=op.label,
+        state=info.name,
+        parallelism=op.parallelism,
+        max_parallelism=op.max_parallelism,
+    )
 
 
 def state_sizes(savepoint) -> SizeTable:
@@ -233,5 +285,15 @@ def state_sizes(savepoint) -> SizeTable:
     return SizeTable(rows, StateSize, f"state sizes of {meta.path}")
 
 
-__all__ = ["KeyGroupSize", "KeySize", "SizeTable", "StateSize", "SubtaskSize", "key_group_stats", "rescale_preview",
-           "state_sizes", "subtask_totals", "top_keys"]
+__all__ = [
+    "KeyGroupSize",
+    "KeySize",
+    "SizeTable",
+    "StateSize",
+    "SubtaskSize",
+    "key_group_stats",
+    "rescale_preview",
+    "state_sizes",
+    "subtask_totals",
+    "top_keys",
+]

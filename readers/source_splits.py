@@ -79,7 +79,7 @@ class _Reader:
         n = _U16(self.buf, self.pos)[0]
         self.pos += 2
         self.need(n, what)
-        data = bytes(self.buf[self.pos:self.pos + n])
+        data = bytes(self.buf[self.pos : self.pos + n])
         self.pos += n
         return modified_utf8(data)
 
@@ -87,7 +87,7 @@ class _Reader:
         """StringUtils.writeNullableString's payload (StringValue's varint chars)."""
         if self.pos >= self.end:
             raise DecodeError(f"{what}: no bytes left")
-        value, self.pos = java_string(self.buf[:self.end], self.pos)
+        value, self.pos = java_string(self.buf[: self.end], self.pos)
         return value
 
     def nullable_string(self, what="string") -> str | None:
@@ -109,6 +109,7 @@ def modified_utf8(data: bytes) -> str:
 
 
 # ----------------------------------------------------------------------------- FileSource
+
 
 def _path(r: _Reader) -> str:
     """flink-core Path.serializeToDataOutputView: the URI's components, each a nullable string."""
@@ -154,9 +155,17 @@ def file_split(data: bytes, start: int = 0, end: int | None = None) -> dict:
     r.done("FileSourceSplit")
     if offset < 0 or length < 0 or file_size < 0:
         raise DecodeError(f"implausible split range offset={offset} length={length} file size={file_size}")
-    return {"split_id": split_id, "path": path, "offset": offset, "length": length,
-            "modification_time": modification_time, "file_size": file_size, "hostnames": hostnames,
-            "reader_offset": reader_offset, "records_to_skip": records}
+    return {
+        "split_id": split_id,
+        "path": path,
+        "offset": offset,
+        "length": length,
+        "modification_time": modification_time,
+        "file_size": file_size,
+        "hostnames": hostnames,
+        "reader_offset": reader_offset,
+        "records_to_skip": records,
+    }
 
 
 def file_enumerator(data: bytes) -> dict:
@@ -199,11 +208,16 @@ def file_enumerator(data: bytes) -> dict:
 
 # ----------------------------------------------------------------------------- Kafka
 
+
 def _kafka_offsets(starting: int, stopping: int | None) -> dict:
     if starting < 0 and starting not in KAFKA_STARTING_MARKERS:
         raise DecodeError(f"invalid Kafka starting offset {starting}")
-    out = {"starting_offset": starting, "starting_marker": KAFKA_STARTING_MARKERS.get(starting),
-           "stopping_offset": None, "stopping_marker": None}
+    out = {
+        "starting_offset": starting,
+        "starting_marker": KAFKA_STARTING_MARKERS.get(starting),
+        "stopping_offset": None,
+        "stopping_marker": None,
+    }
     if stopping is not None:
         if stopping < 0 and stopping not in KAFKA_STOPPING_MARKERS:
             raise DecodeError(f"invalid Kafka stopping offset {stopping}")
@@ -250,8 +264,13 @@ def kafka_enumerator(version: int, data: bytes) -> dict:
             r.pos += n
         else:
             # v1/v2 keep no offsets (restored as MIGRATED: the offsets initializer runs again)
-            entry = {**_topic_partition(r), "starting_offset": None, "starting_marker": None,
-                     "stopping_offset": None, "stopping_marker": None}
+            entry = {
+                **_topic_partition(r),
+                "starting_offset": None,
+                "starting_marker": None,
+                "stopping_offset": None,
+                "stopping_marker": None,
+            }
         status = r.i32("assignment status") if version >= 2 else 0
         if status not in KAFKA_STATUS:
             raise DecodeError(f"unknown assignment status {status}")
@@ -263,6 +282,7 @@ def kafka_enumerator(version: int, data: bytes) -> dict:
 
 
 # ----------------------------------------------------------------------------- NumberSequence / DataGen
+
 
 def _number_split(r: _Reader) -> dict:
     split_id = r.utf("split id")
@@ -300,8 +320,16 @@ SPLIT_FORMATS = (
 
 
 def _empty_split(raw: bytes, version, reason) -> dict:
-    return {"connector": None, "split_version": version, "split_id": None, "file": None, "kafka": None,
-            "number_sequence": None, "raw": raw, "reason": reason}
+    return {
+        "connector": None,
+        "split_version": version,
+        "split_id": None,
+        "file": None,
+        "kafka": None,
+        "number_sequence": None,
+        "raw": raw,
+        "reason": reason,
+    }
 
 
 def decode_split(raw: bytes) -> dict:
@@ -324,8 +352,9 @@ def decode_split(raw: bytes) -> dict:
         if fits:
             reason = "the split fits several formats: " + ", ".join(c for c, _ in fits)
         else:
-            reason = (f"split serializer version {version} of a connector statecat does not decode "
-                      f"(known: {known})" + (f"; not {'; not '.join(failures)}" if failures else ""))
+            reason = f"split serializer version {version} of a connector statecat does not decode (known: {known})" + (
+                f"; not {'; not '.join(failures)}" if failures else ""
+            )
         out = _empty_split(raw, version, reason)
         for connector, value in fits:
             out[connector] = _split_struct(connector, value)
@@ -333,7 +362,7 @@ def decode_split(raw: bytes) -> dict:
     connector, value = fits[0]
     out = _empty_split(raw, version, None)
     out["connector"] = connector
-    out["split_id"] = (f"{value['topic']}-{value['partition']}" if connector == "kafka" else value["split_id"])
+    out["split_id"] = f"{value['topic']}-{value['partition']}" if connector == "kafka" else value["split_id"]
     out[connector] = _split_struct(connector, value)
     return out
 
@@ -346,20 +375,30 @@ def _split_struct(connector: str, value: dict) -> dict:
 
 def decode_enumerator(raw: bytes) -> dict:
     """The operator coordinator's state: a SourceCoordinator checkpoint, decoded where known."""
-    out = {"coordinator_version": None, "enumerator_version": None, "connector": None, "file": None,
-           "kafka": None, "number_sequence": None, "raw": raw, "reason": None}
+    out = {
+        "coordinator_version": None,
+        "enumerator_version": None,
+        "connector": None,
+        "file": None,
+        "kafka": None,
+        "number_sequence": None,
+        "raw": raw,
+        "reason": None,
+    }
     if len(raw) < 12:
         out["reason"] = f"{len(raw)} bytes are too short for a source coordinator's checkpoint"
         return out
     coordinator_version, enumerator_version, n = _I32(raw, 0)[0], _I32(raw, 4)[0], _I32(raw, 8)[0]
     trailing = len(raw) - 12 - n
     if coordinator_version not in COORDINATOR_VERSIONS or n < 0 or trailing < 0 or (trailing and coordinator_version):
-        out["reason"] = ("not a source coordinator's checkpoint (SourceCoordinator writes serde version 0 or 1, "
-                         f"the enumerator serializer's version and length; got {coordinator_version}, "
-                         f"{enumerator_version}, {n} for {len(raw) - 12} bytes)")
+        out["reason"] = (
+            "not a source coordinator's checkpoint (SourceCoordinator writes serde version 0 or 1, "
+            f"the enumerator serializer's version and length; got {coordinator_version}, "
+            f"{enumerator_version}, {n} for {len(raw) - 12} bytes)"
+        )
         return out
     out["coordinator_version"], out["enumerator_version"] = coordinator_version, enumerator_version
-    data = raw[12:12 + n]
+    data = raw[12 : 12 + n]
     candidates = []
     if enumerator_version == 1:
         candidates += [("file", file_enumerator), ("number_sequence", number_enumerator)]
@@ -376,19 +415,24 @@ def decode_enumerator(raw: bytes) -> dict:
     if len(fits) == 1:
         out["connector"] = fits[0][0]
     elif fits:
-        out["reason"] = ("the enumerator state fits several formats (" + ", ".join(c for c, _ in fits)
-                         + "), each filled in; the operator's splits tell which")
+        out["reason"] = (
+            "the enumerator state fits several formats ("
+            + ", ".join(c for c, _ in fits)
+            + "), each filled in; the operator's splits tell which"
+        )
     else:
-        out["reason"] = (f"enumerator serializer version {enumerator_version} of a connector statecat does not "
-                         "decode (known: file v1, kafka v1-v3, number_sequence v1)"
-                         + (f"; not {'; not '.join(failures)}" if failures else ""))
+        out["reason"] = (
+            f"enumerator serializer version {enumerator_version} of a connector statecat does not "
+            "decode (known: file v1, kafka v1-v3, number_sequence v1)"
+            + (f"; not {'; not '.join(failures)}" if failures else "")
+        )
     return out
 
 
 def split_element_decoder(buf, pos):
     """Decoder (``readers.decoders`` protocol) of one SourceReaderState element: a byte[]."""
     n, pos = read_length(buf, pos, "split length")
-    return decode_split(bytes(buf[pos:pos + n])), pos + n
+    return decode_split(bytes(buf[pos : pos + n])), pos + n
 
 
 def enumerator_decoder(buf, pos):

@@ -106,8 +106,9 @@ class _KeyGroupWalker(KeyedStateScanner):
         return count, STATE_ID_BYTES + ENTRY_LENGTH_BYTES * count + int(key_len.sum()) + int(value_len.sum())
 
 
-def keyed_stream_bytes(meta: StateMeta, operator: OperatorMeta,
-                       located: list[tuple[StateInfo, KeyedLocation]]) -> tuple[list[KeyGroupBytes], int]:
+def keyed_stream_bytes(
+    meta: StateMeta, operator: OperatorMeta, located: list[tuple[StateInfo, KeyedLocation]]
+) -> tuple[list[KeyGroupBytes], int]:
     """Each state's share of each non-empty key-group of one subtask's keyed stream, and the
     stream's framing bytes. ``located``: every keyed state of that stream with its location."""
     first = located[0][1]
@@ -116,18 +117,28 @@ def keyed_stream_bytes(meta: StateMeta, operator: OperatorMeta,
     framing = min((o for o in first.offsets if o > 0), default=first.stream.size)  # the stream's header
     out: list[KeyGroupBytes] = []
     for key_group, data, file, base in walkers[0][2]._key_groups(first, None):
-        runs = [(state.name, *walker.run_bytes(key_group, data, location, file, base))
-                for state, location, walker in walkers]
+        runs = [
+            (state.name, *walker.run_bytes(key_group, data, location, file, base))
+            for state, location, walker in walkers
+        ]
         uncompressed = [size for _, _, size in runs] + [END_MARKER_BYTES]
         shares = _shares(stored[key_group], uncompressed) if first.compressed else uncompressed
         if sum(shares) != stored[key_group]:
             # The walk checked each run and the end marker: bytes outside them are damage.
-            raise FormatError(f"expected key-group {key_group} to hold only its states' entries and the end "
-                              f"marker ({sum(shares)} bytes), it spans {stored[key_group]}", file=file,
-                              offset=base, operator=operator.label, hint="The state file is damaged")
+            raise FormatError(
+                f"expected key-group {key_group} to hold only its states' entries and the end "
+                f"marker ({sum(shares)} bytes), it spans {stored[key_group]}",
+                file=file,
+                offset=base,
+                operator=operator.label,
+                hint="The state file is damaged",
+            )
         framing += shares[-1]
-        out.extend(KeyGroupBytes(first.subtask, key_group, name, entries, share)
-                   for (name, entries, _), share in zip(runs, shares[:-1]) if entries)
+        out.extend(
+            KeyGroupBytes(first.subtask, key_group, name, entries, share)
+            for (name, entries, _), share in zip(runs, shares[:-1])
+            if entries
+        )
     return out, framing
 
 
@@ -181,8 +192,11 @@ def operator_bytes(meta: StateMeta, operator: OperatorMeta) -> OperatorBytes:
             if not location.offsets:
                 continue
             totals[state.name][0] += location.end - min(location.offsets)
-            totals[state.name][1] += (_broadcast_entries(meta, operator, state, location) if state.kind == "broadcast"
-                                      else len(location.offsets))
+            totals[state.name][1] += (
+                _broadcast_entries(meta, operator, state, location)
+                if state.kind == "broadcast"
+                else len(location.offsets)
+            )
 
     total = operator_stream_bytes(meta, operator.id)
     unattributed = total - sum(stream.size for _, stream in measured) - native_bytes
@@ -208,8 +222,9 @@ def key_group_bytes(meta: StateMeta, operator: OperatorMeta) -> Iterator[KeyGrou
             for key_group, data, file, base in walker._key_groups(location, None):
                 _, (_, key_len, _, value_len) = walker._locate(key_group, data, location, file, base)
                 if len(key_len):
-                    yield KeyGroupBytes(location.subtask, key_group, state.name, len(key_len),
-                                        int(key_len.sum()) + int(value_len.sum()))
+                    yield KeyGroupBytes(
+                        location.subtask, key_group, state.name, len(key_len), int(key_len.sum()) + int(value_len.sum())
+                    )
 
 
 def operator_stream_bytes(meta: StateMeta, operator_id: str) -> int:
@@ -257,7 +272,7 @@ def _shares(total: int, weights: list[int]) -> list[int]:
     exact = [total * w for w in weights]
     shares = [e // weight for e in exact]
     by_remainder = sorted(range(len(weights)), key=lambda i: (-(exact[i] % weight), i))
-    for i in by_remainder[:total - sum(shares)]:
+    for i in by_remainder[: total - sum(shares)]:
         shares[i] += 1
     return shares
 
@@ -274,11 +289,26 @@ def _broadcast_entries(meta: StateMeta, operator: OperatorMeta, state: StateInfo
         data = decompress_snappy_framed(data, file, base + start)
     count = _I32(data, 0)[0] if len(data) >= 4 else -1
     if not 0 <= count <= (len(data) if location.compressed else length) - 4:  # an entry takes a byte at least
-        raise FormatError(f"expected a broadcast entry count within the state's {length} bytes, got "
-                          f"{'nothing' if count < 0 else count}", file=file, offset=base + start,
-                          operator=operator.label, state=state.name, hint="The state file is damaged")
+        raise FormatError(
+            f"expected a broadcast entry count within the state's {length} bytes, got "
+            f"{'nothing' if count < 0 else count}",
+            file=file,
+            offset=base + start,
+            operator=operator.label,
+            state=state.name,
+            hint="The state file is damaged",
+        )
     return count
 
 
-__all__ = ["KeyGroupBytes", "OperatorBytes", "StateBytes", "StatecatError", "key_group_bytes", "keyed_stream_bytes",
-           "operator_bytes", "operator_stream_bytes", "savepoint_bytes"]
+__all__ = [
+    "KeyGroupBytes",
+    "OperatorBytes",
+    "StateBytes",
+    "StatecatError",
+    "key_group_bytes",
+    "keyed_stream_bytes",
+    "operator_bytes",
+    "operator_stream_bytes",
+    "savepoint_bytes",
+]

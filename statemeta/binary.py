@@ -51,7 +51,9 @@ class DataInput:
     def remaining(self) -> int | None:
         return None if self._end is None else self._end - self._pos
 
-    def error(self, expected: str, got: object = None, *, offset: int | None = None, hint: str | None = None) -> FormatError:
+    def error(
+        self, expected: str, got: object = None, *, offset: int | None = None, hint: str | None = None
+    ) -> FormatError:
         message = f"expected {expected}" if got is None else f"expected {expected}, got {got}"
         return FormatError(message, file=self.name, offset=self._pos if offset is None else offset, hint=hint)
 
@@ -59,12 +61,14 @@ class DataInput:
         if n < 0:
             raise self.error("a non-negative length", n)
         if self._end is not None and self._pos + n > self._end:
-            raise self.error(f"{n} more bytes", f"only {self._end - self._pos} before the end",
-                             hint="The file is truncated or the data is not what Flink writes")
+            raise self.error(
+                f"{n} more bytes",
+                f"only {self._end - self._pos} before the end",
+                hint="The file is truncated or the data is not what Flink writes",
+            )
         data = self._stream.read(n)
         if len(data) != n:
-            raise self.error(f"{n} more bytes", f"end of file after {len(data)}",
-                             hint="The file is truncated")
+            raise self.error(f"{n} more bytes", f"end of file after {len(data)}", hint="The file is truncated")
         self._pos += n
         return data
 
@@ -150,5 +154,6 @@ def decode_modified_utf8(raw: bytes, file: str, offset: int) -> str:
         text = raw.replace(b"\xc0\x80", b"\x00").decode("utf-8", "surrogatepass")
         return text.encode("utf-16", "surrogatepass").decode("utf-16")
     except UnicodeError as exc:
-        raise FormatError(f"expected a modified UTF-8 string, got undecodable bytes {raw[:32]!r}",
-                          file=file, offset=offset) from exc
+        raise FormatError(
+            f"expected a modified UTF-8 string, got undecodable bytes {raw[:32]!r}", file=file, offset=offset
+        ) from exc

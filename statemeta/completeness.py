@@ -84,8 +84,11 @@ def shortfalls(storage: Storage, needed: dict[str, int]) -> list[Shortfall]:
         if info.type == pafs.FileType.NotFound:
             short.append(Shortfall(storage.display(path), size, None))
         elif info.type != pafs.FileType.File:
-            raise StateFileError("state file referenced by _metadata is not a regular file",
-                                 file=storage.display(path), hint="statecat reads regular files only")
+            raise StateFileError(
+                "state file referenced by _metadata is not a regular file",
+                file=storage.display(path),
+                hint="statecat reads regular files only",
+            )
         elif info.size < size:
             short.append(Shortfall(storage.display(path), size, info.size))
     return short

@@ -58,24 +58,51 @@ log = logging.getLogger(__name__)
 
 # Declared scalar type → descriptor kind of the decoded value (its Arrow/Spark type).
 SCALARS = {
-    "BOOLEAN": "boolean", "BYTE": "byte", "SHORT": "short", "INT": "int", "LONG": "long",
-    "FLOAT": "float", "DOUBLE": "double", "STRING": "string", "CHAR": "char",
+    "BOOLEAN": "boolean",
+    "BYTE": "byte",
+    "SHORT": "short",
+    "INT": "int",
+    "LONG": "long",
+    "FLOAT": "float",
+    "DOUBLE": "double",
+    "STRING": "string",
+    "CHAR": "char",
     # PyFlink's BIG_INT coder is its BIGINT (int64) coder: the value is a LONG in the bytes.
-    "BIG_INT": "long", "BIG_DEC": "bigdec",
-    "SQL_DATE": "sql_date", "SQL_TIME": "sql_time", "SQL_TIMESTAMP": "sql_timestamp",
-    "INSTANT": "instant", "LOCAL_DATE": "local_date", "LOCAL_TIME": "local_time",
-    "LOCAL_DATETIME": "local_datetime", "BYTES": "bytes", "PICKLED": "pickled",
+    "BIG_INT": "long",
+    "BIG_DEC": "bigdec",
+    "SQL_DATE": "sql_date",
+    "SQL_TIME": "sql_time",
+    "SQL_TIMESTAMP": "sql_timestamp",
+    "INSTANT": "instant",
+    "LOCAL_DATE": "local_date",
+    "LOCAL_TIME": "local_time",
+    "LOCAL_DATETIME": "local_datetime",
+    "BYTES": "bytes",
+    "PICKLED": "pickled",
 }
 ALIASES = {
-    "INTEGER": "INT", "BIGINT": "LONG", "TINYINT": "BYTE", "SMALLINT": "SHORT", "VARCHAR": "STRING",
-    "DATE": "SQL_DATE", "TIME": "SQL_TIME", "TIMESTAMP": "SQL_TIMESTAMP", "BIG_INTEGER": "BIG_INT",
-    "DECIMAL": "BIG_DEC", "BIG_DECIMAL": "BIG_DEC", "PICKLED_BYTE_ARRAY": "PICKLED", "BINARY": "BYTES",
-    "PRIMITIVE_ARRAY<BYTE>": "BYTES", "LOCAL_DATE_TIME": "LOCAL_DATETIME", "BOOL": "BOOLEAN",
+    "INTEGER": "INT",
+    "BIGINT": "LONG",
+    "TINYINT": "BYTE",
+    "SMALLINT": "SHORT",
+    "VARCHAR": "STRING",
+    "DATE": "SQL_DATE",
+    "TIME": "SQL_TIME",
+    "TIMESTAMP": "SQL_TIMESTAMP",
+    "BIG_INTEGER": "BIG_INT",
+    "DECIMAL": "BIG_DEC",
+    "BIG_DECIMAL": "BIG_DEC",
+    "PICKLED_BYTE_ARRAY": "PICKLED",
+    "BINARY": "BYTES",
+    "PRIMITIVE_ARRAY<BYTE>": "BYTES",
+    "LOCAL_DATE_TIME": "LOCAL_DATETIME",
+    "BOOL": "BOOLEAN",
 }
 CONTAINERS = ("LIST", "MAP", "ROW", "TUPLE", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY")
 
 
 # ----------------------------------------------------------------------------- type grammar
+
 
 @dataclass(frozen=True)
 class CoderType:
@@ -98,13 +125,15 @@ class CoderType:
         if self.name in ("LIST", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY"):
             return TypeDescriptor.of("list", [("element", self.args[0][1].result_type())])
         if self.name == "MAP":
-            return TypeDescriptor.of("map", [("key", self.args[0][1].result_type()),
-                                             ("value", self.args[1][1].result_type())])
+            return TypeDescriptor.of(
+                "map", [("key", self.args[0][1].result_type()), ("value", self.args[1][1].result_type())]
+            )
         names = [n for n, _ in self.args]
         if self.name == "TUPLE" or not all(names):
             names = struct_field_names(len(self.args))
-        return TypeDescriptor.of("row" if self.name == "ROW" else "tuple",
-                                 list(zip(names, (t.result_type() for _, t in self.args))))
+        return TypeDescriptor.of(
+            "row" if self.name == "ROW" else "tuple", list(zip(names, (t.result_type() for _, t in self.args)))
+        )
 
 
 def parse_type(text: str) -> CoderType:
@@ -125,8 +154,10 @@ class _TypeParser:
         self.pos = 0
 
     def fail(self, expected: str):
-        raise FormatError(f"bad type {self.text!r}: expected {expected} at character {self.pos}",
-                          hint="Types look like LONG, LIST<STRING>, MAP<STRING, LONG>, ROW<name STRING, n LONG>")
+        raise FormatError(
+            f"bad type {self.text!r}: expected {expected} at character {self.pos}",
+            hint="Types look like LONG, LIST<STRING>, MAP<STRING, LONG>, ROW<name STRING, n LONG>",
+        )
 
     def skip_space(self):
         while self.pos < len(self.text) and self.text[self.pos].isspace():
@@ -190,6 +221,7 @@ class _TypeParser:
 
 # ----------------------------------------------------------------------------- descriptor sets
 
+
 @dataclass(frozen=True)
 class Declared:
     type: CoderType
@@ -201,8 +233,10 @@ class DescriptorSet:
     operators: dict[str, dict[str, Declared]]  # operator uid/name/id → declared state name → Declared
 
     def to_json(self) -> dict:
-        ops = {op: {name: _declared_json(d) for name, d in sorted(states.items())}
-               for op, states in sorted(self.operators.items())}
+        ops = {
+            op: {name: _declared_json(d) for name, d in sorted(states.items())}
+            for op, states in sorted(self.operators.items())
+        }
         body = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "operators": ops}
         # Content hash, not a path: the same declarations give the same stateInfo wherever the file is.
         body["sha256"] = hashlib.sha256(json.dumps(ops, sort_keys=True).encode()).hexdigest()
@@ -230,18 +264,24 @@ def _state_and_type(text: str) -> tuple[CoderType, str]:
     """``REDUCING<LONG>`` / ``AGGREGATING<T>`` / ``VALUE<T>`` name the state kind around the type."""
     head = text.strip().split("<", 1)[0].strip().upper()
     if head in ("VALUE", "REDUCING", "AGGREGATING") and text.strip().endswith(">"):
-        return parse_type(text.strip()[len(head) + 1:-1]), head
+        return parse_type(text.strip()[len(head) + 1 : -1]), head
     t = parse_type(text)
     return t, _default_state_type(t)
 
 
 def parse_descriptors(doc: dict, where: str = "descriptor file") -> DescriptorSet:
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), dict):
-        raise FormatError("a descriptor file is a JSON object with an \"operators\" object", file=where,
-                          hint="See STATEINFO.md, section 'Descriptor files'")
+        raise FormatError(
+            'a descriptor file is a JSON object with an "operators" object',
+            file=where,
+            hint="See STATEINFO.md, section 'Descriptor files'",
+        )
     if doc.get("format", FORMAT_NAME) != FORMAT_NAME or doc.get("version", FORMAT_VERSION) != FORMAT_VERSION:
-        raise FormatError(f"descriptor file format {doc.get('format')!r} version {doc.get('version')!r}; "
-                          f"expected {FORMAT_NAME!r} version {FORMAT_VERSION}", file=where)
+        raise FormatError(
+            f"descriptor file format {doc.get('format')!r} version {doc.get('version')!r}; "
+            f"expected {FORMAT_NAME!r} version {FORMAT_VERSION}",
+            file=where,
+        )
     operators: dict[str, dict[str, Declared]] = {}
     for op, states in doc["operators"].items():
         if not isinstance(states, dict):
@@ -255,7 +295,7 @@ def parse_descriptors(doc: dict, where: str = "descriptor file") -> DescriptorSe
                     t = parse_type(spec["type"])
                     state_type = str(spec.get("state", _default_state_type(t))).upper()
                 else:
-                    raise FormatError("expected a type string or {\"type\": ..., \"state\": ...}")
+                    raise FormatError('expected a type string or {"type": ..., "state": ...}')
                 if state_type not in STATE_TYPES:
                     raise FormatError(f"state kind {state_type!r}; expected one of {', '.join(STATE_TYPES)}")
                 if state_type == "LIST" and t.name != "LIST":
@@ -263,8 +303,9 @@ def parse_descriptors(doc: dict, where: str = "descriptor file") -> DescriptorSe
                 if state_type == "MAP" and t.name != "MAP":
                     raise FormatError(f"a MAP state declares MAP<key type, value type>, got {t.text()}")
             except FormatError as exc:
-                raise FormatError(f"operator {op!r}, state {name!r}: {exc.message}", file=where,
-                                  hint=exc.hint) from None
+                raise FormatError(
+                    f"operator {op!r}, state {name!r}: {exc.message}", file=where, hint=exc.hint
+                ) from None
             out[str(name)] = Declared(t, state_type)
         operators[str(op)] = out
     return DescriptorSet(operators)
@@ -292,6 +333,7 @@ def as_descriptor_set(descriptors) -> DescriptorSet:
 
 # ----------------------------------------------------------------------------- applying to StateMeta
 
+
 def apply_descriptors(meta, descriptors):
     """A StateMeta whose PyFlink states carry their declared names and types (process mode) or
     have their pickled byte[] parts marked (thread mode, states declared by their real names)."""
@@ -312,8 +354,10 @@ def apply_descriptors(meta, descriptors):
             log.warning("descriptor file: no operator %r in savepoint %s", ref, meta.path)
             continue
         if len(matches) > 1:
-            raise LookupFailedError(f"descriptor file: operator {ref!r} is ambiguous in savepoint {meta.path}",
-                                    hint="Use the operator uid or id: " + ", ".join(op.id for op in matches))
+            raise LookupFailedError(
+                f"descriptor file: operator {ref!r} is ambiguous in savepoint {meta.path}",
+                hint="Use the operator uid or id: " + ", ".join(op.id for op in matches),
+            )
         by_op.setdefault(matches[0].id, {}).update(states)
     operators = []
     for op in meta.operators:
@@ -322,11 +366,11 @@ def apply_descriptors(meta, descriptors):
             operators.append(op)
             continue
         stored = {s.name: s for s in op.states}
-        process_mode = {s.name[len(PYFLINK_PREFIX):] for s in op.states if s.name.startswith(PYFLINK_PREFIX)}
+        process_mode = {s.name[len(PYFLINK_PREFIX) :] for s in op.states if s.name.startswith(PYFLINK_PREFIX)}
         states = []
         used = set()
         for state in op.states:
-            name = state.name[len(PYFLINK_PREFIX):] if state.name.startswith(PYFLINK_PREFIX) else None
+            name = state.name[len(PYFLINK_PREFIX) :] if state.name.startswith(PYFLINK_PREFIX) else None
             if name is None and state.name in declared and state.name not in process_mode and state.kind == "keyed":
                 # Thread mode: Java state under the declared name, of Java types or pickles in byte[].
                 used.add(state.name)
@@ -340,8 +384,14 @@ def apply_descriptors(meta, descriptors):
             new_name = state.name if name in stored else name
             states.append(_declared_state(op, state, new_name, declared[name], source))
         for name in sorted(set(declared) - used):
-            log.warning("descriptor file: operator %s has no state %r (python-state-%s) in savepoint %s; "
-                        "a state never written is not in the savepoint", op.label, name, name, meta.path)
+            log.warning(
+                "descriptor file: operator %s has no state %r (python-state-%s) in savepoint %s; "
+                "a state never written is not in the savepoint",
+                op.label,
+                name,
+                name,
+                meta.path,
+            )
         states.sort(key=lambda s: (STATE_KINDS.index(s.kind), s.name))
         operators.append(replace(op, states=tuple(states)))
     return StateMeta(meta.storage, meta.metadata, tuple(operators))
@@ -359,43 +409,77 @@ def _declared_state(op, state, new_name: str, declared: Declared, source: str):
         return replace(state, name=new_name, value=value, notes=state.notes + (note,))
     if state.kind == "broadcast":
         if declared.state_type != "MAP":
-            raise FormatError(f"declared a {declared.state_type} state, but Flink stored a broadcast (map) state",
-                              **where, hint="Declare broadcast states as MAP<key type, value type>")
+            raise FormatError(
+                f"declared a {declared.state_type} state, but Flink stored a broadcast (map) state",
+                **where,
+                hint="Declare broadcast states as MAP<key type, value type>",
+            )
         key_t, value_t = declared.type.args[0][1], declared.type.args[1][1]
-        value = TypeDescriptor.of("broadcast_entry", [("key", _pyflink("plain", key_t, java_class=BYTE_ARRAY_WRAPPER,
-                                                                **attrs)),
-                                                      ("value", _pyflink("plain", value_t, **attrs))])
+        value = TypeDescriptor.of(
+            "broadcast_entry",
+            [
+                ("key", _pyflink("plain", key_t, java_class=BYTE_ARRAY_WRAPPER, **attrs)),
+                ("value", _pyflink("plain", value_t, **attrs)),
+            ],
+        )
         notes = tuple(n for n in state.notes if "descriptors" not in n) + (note,)
         return replace(state, name=new_name, value=value, notes=notes)
     if declared.state_type == "MAP":
         if state.state_type != "MAP":
-            raise FormatError(f"declared a MAP state, but Flink stored a {state.state_type} state", **where,
-                              hint="Fix the descriptor file: this state is not a MapState")
+            raise FormatError(
+                f"declared a MAP state, but Flink stored a {state.state_type} state",
+                **where,
+                hint="Fix the descriptor file: this state is not a MapState",
+            )
         key_t, value_t = declared.type.args[0][1], declared.type.args[1][1]
         user_key = _pyflink("plain", key_t, java_class=BYTE_ARRAY_WRAPPER, **attrs)
         value = TypeDescriptor.of("map", [("key", user_key), ("value", _pyflink("plain", value_t, **attrs))])
-        return replace(state, name=new_name, state_type="MAP", user_key=user_key, value=value,
-                       notes=state.notes + (note,))
+        return replace(
+            state, name=new_name, state_type="MAP", user_key=user_key, value=value, notes=state.notes + (note,)
+        )
     if state.state_type != "LIST":
-        raise FormatError(f"declared a {declared.state_type} state, but Flink stored a {state.state_type} state "
-                          f"(PyFlink keeps value, list, reducing and aggregating states as a list of byte arrays)",
-                          **where, hint="Fix the descriptor file: this is a MapState")
+        raise FormatError(
+            f"declared a {declared.state_type} state, but Flink stored a {state.state_type} state "
+            f"(PyFlink keeps value, list, reducing and aggregating states as a list of byte arrays)",
+            **where,
+            hint="Fix the descriptor file: this is a MapState",
+        )
     if declared.state_type == "LIST":
         value = _pyflink("bag_all", declared.type.args[0][1], **attrs)
     else:
         value = _pyflink("bag_first", declared.type, **attrs)
-    return replace(state, name=new_name, state_type=declared.state_type, value=value, user_key=None,
-                   notes=state.notes + (note,))
+    return replace(
+        state, name=new_name, state_type=declared.state_type, value=value, user_key=None, notes=state.notes + (note,)
+    )
 
 
 # Declared types PyFlink's thread mode gives a Java serializer (java_utils.to_java_typeinfo);
 # every other type (TUPLE, ROW, PICKLED, LIST as a value, dates, ...) it pickles into byte[].
-THREAD_MODE_JAVA_TYPED = ("BOOLEAN", "BYTE", "SHORT", "INT", "LONG", "FLOAT", "DOUBLE", "STRING", "CHAR", "BIG_INT",
-                          "BIG_DEC", "INSTANT", "MAP", "PRIMITIVE_ARRAY", "BASIC_ARRAY", "OBJECT_ARRAY", "BYTES")
+THREAD_MODE_JAVA_TYPED = (
+    "BOOLEAN",
+    "BYTE",
+    "SHORT",
+    "INT",
+    "LONG",
+    "FLOAT",
+    "DOUBLE",
+    "STRING",
+    "CHAR",
+    "BIG_INT",
+    "BIG_DEC",
+    "INSTANT",
+    "MAP",
+    "PRIMITIVE_ARRAY",
+    "BASIC_ARRAY",
+    "OBJECT_ARRAY",
+    "BYTES",
+)
 PICKLE_ATTR = "pyflink_pickle"  # on a `bytes` type: True = holds PyFlink pickles, False = plain bytes (declared)
 PICKLE_NOTE_START = "PyFlink thread mode keeps"
-THREAD_MODE_PICKLE_NOTE = (PICKLE_NOTE_START + " {what} as Python pickles in byte[]: they read as bytes; "
-                           "--unpickle (unpickle=True) decodes them (unpickling runs code: trusted savepoints only)")
+THREAD_MODE_PICKLE_NOTE = (
+    PICKLE_NOTE_START + " {what} as Python pickles in byte[]: they read as bytes; "
+    "--unpickle (unpickle=True) decodes them (unpickling runs code: trusted savepoints only)"
+)
 
 
 def _declared_thread_state(op, state, declared: Declared, source: str):
@@ -406,9 +490,12 @@ def _declared_thread_state(op, state, declared: Declared, source: str):
     where = dict(operator=op.label, state=state.name)
     expected_kind = {"MAP": "MAP", "LIST": "LIST"}.get(declared.state_type, "VALUE")
     if state.state_type != expected_kind:
-        raise FormatError(f"declared a {declared.state_type} state, but Flink stored a {state.state_type} state "
-                          f"(PyFlink thread mode keeps value, reducing and aggregating states as VALUE state)",
-                          **where, hint="Fix the descriptor file's declaration of this state")
+        raise FormatError(
+            f"declared a {declared.state_type} state, but Flink stored a {state.state_type} state "
+            f"(PyFlink thread mode keeps value, reducing and aggregating states as VALUE state)",
+            **where,
+            hint="Fix the descriptor file's declaration of this state",
+        )
     try:
         if declared.state_type == "LIST" and state.value.kind == "list":  # a ListState of the element type
             element = _mark_thread_type(state.value.fields[0][1], declared.type.args[0][1])
@@ -432,19 +519,29 @@ def _mark_thread_type(desc: TypeDescriptor, t: CoderType) -> TypeDescriptor:
         return TypeDescriptor(desc.kind, ((desc.fields[0][0], _mark_thread_type(desc.fields[0][1], t)),), desc.attrs)
     if desc.kind == "bytes":
         if t.name in THREAD_MODE_JAVA_TYPED and t.name != "BYTES":
-            raise FormatError(f"declared {t.text()}, but Flink stored byte[] (thread mode stores {t.text()} with a "
-                              f"Java serializer, and pickles only other types)")
+            raise FormatError(
+                f"declared {t.text()}, but Flink stored byte[] (thread mode stores {t.text()} with a "
+                f"Java serializer, and pickles only other types)"
+            )
         return pickle_bytes(t.name != "BYTES", t.text())
     if t.name not in THREAD_MODE_JAVA_TYPED:
-        raise FormatError(f"declared {t.text()}, which PyFlink thread mode stores as a pickle in byte[], but Flink "
-                          f"stored {desc.describe()}")
+        raise FormatError(
+            f"declared {t.text()}, which PyFlink thread mode stores as a pickle in byte[], but Flink "
+            f"stored {desc.describe()}"
+        )
     if desc.kind in ("list", "generic_array") and t.name in ("LIST", "OBJECT_ARRAY", "BASIC_ARRAY") and desc.fields:
-        return TypeDescriptor(desc.kind, ((desc.fields[0][0], _mark_thread_type(desc.fields[0][1], t.args[0][1])),),
-                              desc.attrs)
+        return TypeDescriptor(
+            desc.kind, ((desc.fields[0][0], _mark_thread_type(desc.fields[0][1], t.args[0][1])),), desc.attrs
+        )
     if desc.kind == "map" and t.name == "MAP":
-        return TypeDescriptor(desc.kind, (("key", _mark_thread_type(desc.child("key"), t.args[0][1])),
-                                          ("value", _mark_thread_type(desc.child("value"), t.args[1][1]))),
-                              desc.attrs)
+        return TypeDescriptor(
+            desc.kind,
+            (
+                ("key", _mark_thread_type(desc.child("key"), t.args[0][1])),
+                ("value", _mark_thread_type(desc.child("value"), t.args[1][1])),
+            ),
+            desc.attrs,
+        )
     return desc  # a Java-typed part: its own serializer says how to read it
 
 
@@ -457,8 +554,13 @@ def is_pyflink_thread_keyed(state) -> bool:
     """A keyed state as PyFlink's thread mode writes it: PyFlink keys every ``key_by`` by a Java Row of
     one field (both modes), and thread mode keeps the declared name (process mode: python-state-...)."""
     key = state.key
-    return (state.kind == "keyed" and key is not None and key.kind == "row" and len(key.fields) == 1
-            and not state.name.startswith(PYFLINK_PREFIX))
+    return (
+        state.kind == "keyed"
+        and key is not None
+        and key.kind == "row"
+        and len(key.fields) == 1
+        and not state.name.startswith(PYFLINK_PREFIX)
+    )
 
 
 def _pickle_parts(desc: TypeDescriptor, undeclared: bool, unpickle: bool) -> TypeDescriptor:
@@ -517,7 +619,8 @@ def _state_with_pickles(state, unpickle: bool):
     notes = tuple(n for n in state.notes if not n.startswith(PICKLE_NOTE_START))
     if not unpickle:
         what = {"MAP": "this map's byte[] values", "LIST": "this list's elements"}.get(
-            state.state_type, "this state's values")
+            state.state_type, "this state's values"
+        )
         notes += (THREAD_MODE_PICKLE_NOTE.format(what=what),)
     return replace(state, value=value, user_key=user_key, notes=notes)
 
@@ -542,6 +645,7 @@ def _pyflink(layout: str, t: CoderType, **attrs) -> TypeDescriptor:
 
 # ----------------------------------------------------------------------------- from PyFlink objects
 
+
 def type_from_pyflink(type_info) -> str:
     """The declared-type text of a PyFlink ``TypeInformation`` (duck-typed: no pyflink import)."""
     cls = type(type_info).__name__
@@ -559,8 +663,9 @@ def type_from_pyflink(type_info) -> str:
     if cls == "TimestampTypeInfo":
         return "SQL_TIMESTAMP"
     if cls == "LocalTimeTypeInfo":
-        return {"LOCAL_DATE": "LOCAL_DATE", "LOCAL_TIME": "LOCAL_TIME",
-                "LOCAL_DATE_TIME": "LOCAL_DATETIME"}[type_info._time_type.name]
+        return {"LOCAL_DATE": "LOCAL_DATE", "LOCAL_TIME": "LOCAL_TIME", "LOCAL_DATE_TIME": "LOCAL_DATETIME"}[
+            type_info._time_type.name
+        ]
     if cls == "PrimitiveArrayTypeInfo":
         element = type_from_pyflink(type_info._element_type)
         return "BYTES" if element == "BYTE" else f"PRIMITIVE_ARRAY<{element}>"
@@ -577,13 +682,18 @@ def type_from_pyflink(type_info) -> str:
         return "ROW<" + ", ".join(f"{n} {type_from_pyflink(t)}" for n, t in fields) + ">"
     if cls == "ExternalTypeInfo":
         return type_from_pyflink(type_info._type_info)
-    raise StatecatError(f"PyFlink type {type_info!r} ({cls}) has no descriptor-file type",
-                        hint="Write that state's type into the descriptor file by hand, or use PICKLED")
+    raise StatecatError(
+        f"PyFlink type {type_info!r} ({cls}) has no descriptor-file type",
+        hint="Write that state's type into the descriptor file by hand, or use PICKLED",
+    )
 
 
 _DESCRIPTOR_STATES = {
-    "ValueStateDescriptor": "VALUE", "ListStateDescriptor": "LIST", "MapStateDescriptor": "MAP",
-    "ReducingStateDescriptor": "REDUCING", "AggregatingStateDescriptor": "AGGREGATING",
+    "ValueStateDescriptor": "VALUE",
+    "ListStateDescriptor": "LIST",
+    "MapStateDescriptor": "MAP",
+    "ReducingStateDescriptor": "REDUCING",
+    "AggregatingStateDescriptor": "AGGREGATING",
 }
 
 

@@ -23,8 +23,9 @@ def discover_snapshots(root: str) -> list[str]:
     if os.path.isfile(root) and os.path.basename(root) == METADATA_FILE:
         return [os.path.dirname(root)]
     if not os.path.isdir(root):
-        raise SavepointNotFoundError("no such directory", file=root,
-                                     hint="Give a savepoint directory or a directory holding savepoints")
+        raise SavepointNotFoundError(
+            "no such directory", file=root, hint="Give a savepoint directory or a directory holding savepoints"
+        )
     found = []
     stack = [root]
     while stack:
@@ -48,8 +49,13 @@ def _discover_remote(root: str) -> list[str]:
     scheme_prefix = root[: len(root) - len(root.split("://", 1)[1])]
     inner = inner.rstrip("/")
     infos = filesystem.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
-    directories = sorted({posixpath.dirname(i.path) for i in infos
-                          if i.type == pafs.FileType.File and posixpath.basename(i.path) == METADATA_FILE})
+    directories = sorted(
+        {
+            posixpath.dirname(i.path)
+            for i in infos
+            if i.type == pafs.FileType.File and posixpath.basename(i.path) == METADATA_FILE
+        }
+    )
     # A savepoint's own subdirectories never hold another _metadata; keep the outermost anyway.
     outer = [d for d in directories if not any(d != o and d.startswith(o + "/") for o in directories)]
     return [scheme_prefix + d for d in outer]

@@ -75,7 +75,9 @@ class _Recover(Exception):
         self.reason = reason
 
 
-def open_stream(storage: Storage, handle: StreamHandle, start: int = 0, length: int | None = None) -> tuple[StateFile, str, int]:
+def open_stream(
+    storage: Storage, handle: StreamHandle, start: int = 0, length: int | None = None
+) -> tuple[StateFile, str, int]:
     """A read stream positioned at ``start`` within the handle's bytes; returns (stream, name, base).
 
     The stream (``storage.StateFile``) is confined to the snapshot, refuses negative positions and
@@ -99,13 +101,20 @@ def read_stream_bytes(storage: Storage, handle: StreamHandle, start: int, length
     stream, name, base = open_stream(storage, handle, start)
     with stream:
         if length < 0 or length > MAX_HEADER_BYTES:
-            raise FormatError(f"expected a state stream header of 0 to {MAX_HEADER_BYTES} bytes, got {length}",
-                              file=name, offset=base + start,
-                              hint="The handle's size or key-group offsets in _metadata are damaged")
+            raise FormatError(
+                f"expected a state stream header of 0 to {MAX_HEADER_BYTES} bytes, got {length}",
+                file=name,
+                offset=base + start,
+                hint="The handle's size or key-group offsets in _metadata are damaged",
+            )
         data = stream.read(length)
     if len(data) != length:
-        raise FormatError(f"expected {length} bytes of state data, got {len(data)} before the end of the file",
-                          file=name, offset=base + start + len(data), hint="The state file is truncated")
+        raise FormatError(
+            f"expected {length} bytes of state data, got {len(data)} before the end of the file",
+            file=name,
+            offset=base + start + len(data),
+            hint="The state file is truncated",
+        )
     return data, name, base + start
 
 
@@ -156,23 +165,26 @@ def _parse_with_recovery(data: bytes, name: str, base: int, parser_class) -> Str
                 resume_points.append(_resume_points(data))
                 budget[0] += _attempt_limit(len(resume_points[0]), work_limit) - _attempt_limit(0, work_limit)
             points = resume_points[0]
-            for candidate in points[bisect.bisect_left(points, need.start + 6):]:
+            for candidate in points[bisect.bisect_left(points, need.start + 6) :]:
                 try:
                     return attempt({**skips, need.start: (candidate, need.reason)})
                 except (StatecatError, _Recover):
                     continue
-            raise FormatError(f"{need.reason}; no way to read the rest of the header past it", file=name,
-                              offset=base + need.start) from None
+            raise FormatError(
+                f"{need.reason}; no way to read the rest of the header past it", file=name, offset=base + need.start
+            ) from None
 
     try:
         return attempt({})
     except _RecoveryExhausted:
         need = first_failure[0]
         limit = _attempt_limit(len(resume_points[0]) if resume_points else 0, work_limit)
-        raise FormatError(f"{need.reason}; no way to read the rest of the header past it within "
-                          f"{limit} trial parses", file=name, offset=base + need.start,
-                          hint="The state header is damaged, or holds several serializers statecat does not know"
-                          ) from None
+        raise FormatError(
+            f"{need.reason}; no way to read the rest of the header past it within {limit} trial parses",
+            file=name,
+            offset=base + need.start,
+            hint="The state header is damaged, or holds several serializers statecat does not know",
+        ) from None
 
 
 # A modified-UTF-8 string start: u16 length up to 1279 (high byte 0..4), then a non-control byte.
@@ -194,7 +206,7 @@ def _resume_points(data: bytes) -> list[int]:
         p = match.start()
         if _state_meta_info_at(data, p) or _serializer_entry_at(data, p):
             found.add(p)
-            if p >= 2 and 0 < int.from_bytes(data[p - 2:p], "big") <= MAX_STATES:
+            if p >= 2 and 0 < int.from_bytes(data[p - 2 : p], "big") <= MAX_STATES:
                 found.add(p - 2)  # a state count, then this state
     for end in (size, size - len(SNAPPY_STREAM_IDENTIFIER)):
         if end >= 0 and data[end:] in (b"", SNAPPY_STREAM_IDENTIFIER):
@@ -209,10 +221,10 @@ def _string_at(data: bytes, p: int) -> int | None:
     """The byte length of a short printable modified-UTF-8 string at ``p``, or None."""
     if p + 2 > len(data):
         return None
-    n = int.from_bytes(data[p:p + 2], "big")
+    n = int.from_bytes(data[p : p + 2], "big")
     if not 0 < n <= MAX_PLAUSIBLE_NAME or p + 2 + n > len(data):
         return None
-    if any(b < 32 or b == 127 for b in data[p + 2:p + 2 + min(n, 32)]):
+    if any(b < 32 or b == 127 for b in data[p + 2 : p + 2 + min(n, 32)]):
         return None
     return n
 
@@ -229,8 +241,8 @@ def _state_meta_info_at(data: bytes, p: int) -> bool:
     q = p + 2 + n
     if q + 8 > len(data):
         return False
-    ordinal = int.from_bytes(data[q:q + 4], "big", signed=True)
-    options = int.from_bytes(data[q + 4:q + 8], "big", signed=True)
+    ordinal = int.from_bytes(data[q : q + 4], "big", signed=True)
+    options = int.from_bytes(data[q + 4 : q + 8], "big", signed=True)
     if not (0 <= ordinal < len(BACKEND_STATE_TYPES) and 0 <= options <= MAX_OPTIONS):
         return False
     q += 8
@@ -239,20 +251,20 @@ def _state_meta_info_at(data: bytes, p: int) -> bool:
         if m is None:
             return False
         q += 2 + m
-    serializers = int.from_bytes(data[q:q + 4], "big", signed=True)
+    serializers = int.from_bytes(data[q : q + 4], "big", signed=True)
     return 0 < serializers <= MAX_OPTIONS and _serializer_entry_at(data, q + 4)
 
 
 def _serializer_entry_at(data: bytes, p: int) -> bool:
     """A serializer entry: an enum-style key (``VALUE_SERIALIZER``), proxy version 2, a class name."""
     n = _string_at(data, p)
-    if n is None or not _SERIALIZER_KEY.fullmatch(data[p + 2:p + 2 + n]):
+    if n is None or not _SERIALIZER_KEY.fullmatch(data[p + 2 : p + 2 + n]):
         return False
     q = p + 2 + n
-    if int.from_bytes(data[q:q + 4], "big", signed=True) != SNAPSHOT_PROXY_VERSION:
+    if int.from_bytes(data[q : q + 4], "big", signed=True) != SNAPSHOT_PROXY_VERSION:
         return False
     m = _string_at(data, q + 4)
-    return m is not None and b"." in data[q + 6:q + 6 + m]
+    return m is not None and b"." in data[q + 6 : q + 6 + m]
 
 
 _SERIALIZER_KEY = re.compile(rb"[A-Z][A-Z0-9_]*")
@@ -285,8 +297,9 @@ class _HeaderParser:
         except (TypeError, ValueError, AttributeError, KeyError, IndexError, OverflowError, RecursionError) as exc:
             # Values inside a damaged snapshot (a Java object graph, an attribute) of a shape no check
             # anticipated: still the snapshot's fault, so recover like any unreadable snapshot.
-            raise _Recover(start, f"could not read the serializer snapshot: malformed ({type(exc).__name__}: "
-                                  f"{str(exc)[:200]})") from None
+            raise _Recover(
+                start, f"could not read the serializer snapshot: malformed ({type(exc).__name__}: {str(exc)[:200]})"
+            ) from None
 
     def enum_name(self, what: str) -> str:
         """Option and serializer keys are Java enum names (``KEYED_STATE_TYPE``, ``VALUE_SERIALIZER``).
@@ -331,8 +344,10 @@ class _HeaderParser:
             if self.bytes[at:] == allowed_trailer:
                 self.data.skip(len(allowed_trailer))
         if not self.data.at_end():
-            raise self.data.error(f"the header to end at offset {self.base + len(self.bytes)} where the data begins",
-                                  f"{self.data.remaining} unread bytes")
+            raise self.data.error(
+                f"the header to end at offset {self.base + len(self.bytes)} where the data begins",
+                f"{self.data.remaining} unread bytes",
+            )
 
 
 class _KeyedHeaderParser(_HeaderParser):
@@ -343,8 +358,11 @@ class _KeyedHeaderParser(_HeaderParser):
         if version not in SUPPORTED_KEYED_PROXY_VERSIONS:
             raise UnsupportedError(
                 f"keyed state header version {version} is not supported; supported versions: "
-                f"{', '.join(map(str, SUPPORTED_KEYED_PROXY_VERSIONS))}", file=data.name, offset=at,
-                hint="Savepoints of Flink before 1.8 must be migrated with a newer Flink first")
+                f"{', '.join(map(str, SUPPORTED_KEYED_PROXY_VERSIONS))}",
+                file=data.name,
+                offset=at,
+                hint="Savepoints of Flink before 1.8 must be migrated with a newer Flink first",
+            )
         compressed = data.read_bool() if version >= FIRST_KEYED_PROXY_WITH_COMPRESSION else False
         key = self.serializer()
         states = self.states(("KEY_VALUE", "PRIORITY_QUEUE", "KEY_VALUE_V2"))
@@ -360,23 +378,37 @@ class _OperatorHeaderParser(_HeaderParser):
         if version not in SUPPORTED_OPERATOR_PROXY_VERSIONS:
             raise UnsupportedError(
                 f"operator state header version {version} is not supported; supported versions: "
-                f"{', '.join(map(str, SUPPORTED_OPERATOR_PROXY_VERSIONS))}", file=data.name, offset=at)
+                f"{', '.join(map(str, SUPPORTED_OPERATOR_PROXY_VERSIONS))}",
+                file=data.name,
+                offset=at,
+            )
         compressed = data.read_bool() if version >= FIRST_OPERATOR_PROXY_WITH_COMPRESSION else False
         states = self.states(("OPERATOR",))
         broadcast = self.states(("BROADCAST",))
         # With compression one snappy stream follows the header; its identifier precedes the first element.
         self.finish(SNAPPY_STREAM_IDENTIFIER if compressed else b"")
-        return StreamHeader("operator", version, compressed, None, states, broadcast, len(self.bytes), tuple(self.recovered))
+        return StreamHeader(
+            "operator", version, compressed, None, states, broadcast, len(self.bytes), tuple(self.recovered)
+        )
 
 
 def _class_name_at(data: bytes, start: int) -> str:
     """The class name of a top-level snapshot at ``start`` (i32 version, utf name), for messages."""
     try:
-        n = int.from_bytes(data[start + 4:start + 6], "big")
-        return data[start + 6:start + 6 + n].decode("utf-8", "replace")
+        n = int.from_bytes(data[start + 4 : start + 6], "big")
+        return data[start + 6 : start + 6 + n].decode("utf-8", "replace")
     except Exception:  # noqa: BLE001 - a message helper must not fail
         return "unknown serializer"
 
 
-__all__ = ["StateMetaInfo", "StreamHeader", "read_keyed_header", "read_operator_header", "open_stream",
-           "read_stream_bytes", "header_end", "FileStream", "InlineStream"]
+__all__ = [
+    "StateMetaInfo",
+    "StreamHeader",
+    "read_keyed_header",
+    "read_operator_header",
+    "open_stream",
+    "read_stream_bytes",
+    "header_end",
+    "FileStream",
+    "InlineStream",
+]

@@ -12,11 +12,13 @@ from collections.abc import Iterable, Sequence
 
 # Rows a notebook table shows before it says how many it left out.
 MAX_HTML_ROWS = 50
-STYLE = ("<style>.statecat table{border-collapse:collapse;margin:4px 0 10px 0;font-size:12px}"
-         ".statecat th,.statecat td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}"
-         ".statecat th{background:#f2f2f2}.statecat caption{text-align:left;font-weight:bold;padding:2px 0}"
-         ".statecat td.num{text-align:right;font-variant-numeric:tabular-nums}"
-         ".statecat .raw{color:#a33}.statecat .note{color:#666}</style>")
+STYLE = (
+    "<style>.statecat table{border-collapse:collapse;margin:4px 0 10px 0;font-size:12px}"
+    ".statecat th,.statecat td{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}"
+    ".statecat th{background:#f2f2f2}.statecat caption{text-align:left;font-weight:bold;padding:2px 0}"
+    ".statecat td.num{text-align:right;font-variant-numeric:tabular-nums}"
+    ".statecat .raw{color:#a33}.statecat .note{color:#666}</style>"
+)
 
 
 def escape(value) -> str:
@@ -34,8 +36,14 @@ def size_text(n: int | None) -> str:
     return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence], *, caption: str | None = None,
-          numeric: Iterable[str] = (), max_rows: int | None = MAX_HTML_ROWS) -> str:
+def table(
+    columns: Sequence[str],
+    rows: Iterable[Sequence],
+    *,
+    caption: str | None = None,
+    numeric: Iterable[str] = (),
+    max_rows: int | None = MAX_HTML_ROWS,
+) -> str:
     """An HTML table of escaped cells; ``numeric`` columns align right."""
     numeric = set(numeric)
     parts = ["<table>"]
@@ -72,20 +80,29 @@ def _state_row(state) -> tuple:
     kind = state.kind + (f" {state.state_type}" if state.state_type else "")
     decode = "full" if state.decode_status == "full" else "raw: " + "; ".join(state.raw_reasons)
     subtasks = sorted({loc.subtask for loc in state.locations if loc.subtask is not None})
-    return (state.name, kind, state.key.describe() if state.key else "",
-            state.namespace.describe() if state.namespace else "", state.value.describe(), decode,
-            ", ".join(map(str, subtasks)) or "-")
+    return (
+        state.name,
+        kind,
+        state.key.describe() if state.key else "",
+        state.namespace.describe() if state.namespace else "",
+        state.value.describe(),
+        decode,
+        ", ".join(map(str, subtasks)) or "-",
+    )
 
 
 def _operator_heading(op) -> str:
-    names = escape(op.label) + (f" <span class=\"note\">(name {escape(op.name)})</span>"
-                                if op.name and op.uid and op.name != op.uid else "")
+    names = escape(op.label) + (
+        f' <span class="note">(name {escape(op.name)})</span>' if op.name and op.uid and op.name != op.uid else ""
+    )
     # States of one operator share their subtasks' streams: the size is the operator's.
     streams = {(loc.subtask, loc.stream) for state in op.states for loc in state.locations}
     stored = sum(stream.size for _, stream in streams)
-    return (f"<div><b>operator {names}</b> <span class=\"note\">id {escape(op.id)}, parallelism "
-            f"{escape(op.parallelism)}, max parallelism {escape(op.max_parallelism)}, "
-            f"state streams {escape(size_text(stored))}</span></div>")
+    return (
+        f'<div><b>operator {names}</b> <span class="note">id {escape(op.id)}, parallelism '
+        f"{escape(op.parallelism)}, max parallelism {escape(op.max_parallelism)}, "
+        f"state streams {escape(size_text(stored))}</span></div>"
+    )
 
 
 def _operator_body(op) -> str:
@@ -102,10 +119,12 @@ def _operator_body(op) -> str:
 def state_meta_html(meta) -> str:
     md = meta.metadata
     states = sum(len(op.states) for op in meta.operators)
-    head = (f"<div><b>savepoint</b> {escape(meta.path)}</div>"
-            f"<div class=\"note\">checkpoint {escape(md.checkpoint_id)}, "
-            f"{escape(md.checkpoint_type or 'type not recorded')}, format {escape(md.savepoint_format or '-')}, "
-            f"_metadata v{escape(md.version)}; {len(meta.operators)} operators, {states} states</div>")
+    head = (
+        f"<div><b>savepoint</b> {escape(meta.path)}</div>"
+        f'<div class="note">checkpoint {escape(md.checkpoint_id)}, '
+        f"{escape(md.checkpoint_type or 'type not recorded')}, format {escape(md.savepoint_format or '-')}, "
+        f"_metadata v{escape(md.version)}; {len(meta.operators)} operators, {states} states</div>"
+    )
     return block(head + "".join(_operator_body(op) for op in meta.operators))
 
 

@@ -46,8 +46,14 @@ MAX_ARRAY_LENGTH = 1 << 24
 MAX_DEPTH = 200
 
 _PRIMITIVES = {
-    "B": struct.Struct(">b"), "C": struct.Struct(">H"), "D": struct.Struct(">d"), "F": struct.Struct(">f"),
-    "I": struct.Struct(">i"), "J": struct.Struct(">q"), "S": struct.Struct(">h"), "Z": struct.Struct(">?"),
+    "B": struct.Struct(">b"),
+    "C": struct.Struct(">H"),
+    "D": struct.Struct(">d"),
+    "F": struct.Struct(">f"),
+    "I": struct.Struct(">i"),
+    "J": struct.Struct(">q"),
+    "S": struct.Struct(">h"),
+    "Z": struct.Struct(">?"),
 }
 
 
@@ -64,8 +70,10 @@ class _ClassDesc:
         chain, desc = [], self
         while desc is not None:
             if len(chain) > MAX_DEPTH:  # a back-reference can make a class its own ancestor
-                raise FormatError(f"expected a class hierarchy at most {MAX_DEPTH} deep in a Java serialization "
-                                  f"stream, got a deeper or cyclic one at class {self.name}")
+                raise FormatError(
+                    f"expected a class hierarchy at most {MAX_DEPTH} deep in a Java serialization "
+                    f"stream, got a deeper or cyclic one at class {self.name}"
+                )
             chain.append(desc)
             desc = desc.superclass
         return chain[::-1]
@@ -80,13 +88,16 @@ class _Parser:
         self.depth = 0
 
     def fail(self, expected: str, got: object, at: int | None = None) -> FormatError:
-        return FormatError(f"expected {expected} in a Java serialization stream, got {got}", file=self.file,
-                           offset=self.pos if at is None else at)
+        return FormatError(
+            f"expected {expected} in a Java serialization stream, got {got}",
+            file=self.file,
+            offset=self.pos if at is None else at,
+        )
 
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise self.fail(f"{n} more bytes", f"{len(self.data) - self.pos} left")
-        chunk = self.data[self.pos:self.pos + n]
+        chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
@@ -278,7 +289,9 @@ def parse_java_object(data: bytes, file: str = "<java serialization stream>") ->
     parser = _Parser(data, file)
     magic, version = struct.unpack(">HH", parser.take(4))
     if magic != STREAM_MAGIC or version != STREAM_VERSION:
-        raise parser.fail(f"stream header 0x{STREAM_MAGIC:04X} 0x{STREAM_VERSION:04X}", f"0x{magic:04X} 0x{version:04X}", 0)
+        raise parser.fail(
+            f"stream header 0x{STREAM_MAGIC:04X} 0x{STREAM_VERSION:04X}", f"0x{magic:04X} 0x{version:04X}", 0
+        )
     value = parser.content()
     return value, parser.pos
 

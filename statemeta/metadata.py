@@ -62,6 +62,7 @@ log = logging.getLogger(__name__)
 
 # ----------------------------------------------------------------------------- stream handles
 
+
 @dataclass(frozen=True)
 class InlineStream:
     """Bytes stored inside ``_metadata`` (ByteStreamStateHandle): ``length`` bytes at ``offset``."""
@@ -227,13 +228,13 @@ class CheckpointMetadata:
 
 # ----------------------------------------------------------------------------- parsing
 
+
 def read_metadata(path: str | Storage) -> CheckpointMetadata:
     """Reads ``_metadata`` of the savepoint at ``path`` (directory, _metadata file or URI)."""
     storage = path if isinstance(path, Storage) else open_storage(path)
     display = storage.display(storage.metadata_path)
     with storage.open(storage.metadata_path) as stream:
-        return _MetadataParser(DataInput(stream, display, length=stream.file_size), storage,
-                               stream.file_size).parse()
+        return _MetadataParser(DataInput(stream, display, length=stream.file_size), storage, stream.file_size).parse()
 
 
 class _MetadataParser:
@@ -248,15 +249,22 @@ class _MetadataParser:
         data = self.data
         magic = data.read_i32() & 0xFFFFFFFF
         if magic != METADATA_MAGIC:
-            raise data.error(f"the _metadata magic number 0x{METADATA_MAGIC:08X}", f"0x{magic:08X}", offset=0,
-                             hint="This file is not a Flink savepoint/checkpoint _metadata file")
+            raise data.error(
+                f"the _metadata magic number 0x{METADATA_MAGIC:08X}",
+                f"0x{magic:08X}",
+                offset=0,
+                hint="This file is not a Flink savepoint/checkpoint _metadata file",
+            )
         at = data.offset
         self.version = data.read_i32()
         if self.version not in SUPPORTED_METADATA_VERSIONS:
             supported = ", ".join(f"{v} (Flink {METADATA_VERSION_RELEASES[v]})" for v in SUPPORTED_METADATA_VERSIONS)
-            raise UnsupportedError(f"unknown _metadata version {self.version}; supported versions: {supported}",
-                                   file=data.name, offset=at,
-                                   hint="Take the savepoint with a Flink release between 1.15 and 2.3")
+            raise UnsupportedError(
+                f"unknown _metadata version {self.version}; supported versions: {supported}",
+                file=data.name,
+                offset=at,
+                hint="Take the savepoint with a Flink release between 1.15 and 2.3",
+            )
         checkpoint_id = data.read_i64()
         masters = tuple(self._master_state() for _ in range(self._count("number of master states", MAX_ENTRIES)))
         n_operators = self._count("number of operators", MAX_OPERATORS)
@@ -269,8 +277,9 @@ class _MetadataParser:
         elif _has_savepoint_key_groups(operators):
             # Before version 4 nothing records the type; only canonical savepoints write tag-7 handles.
             savepoint_format = "CANONICAL"
-        return CheckpointMetadata(self.storage, self.version, checkpoint_id, masters, operators,
-                                  checkpoint_type, savepoint_format, self.size)
+        return CheckpointMetadata(
+            self.storage, self.version, checkpoint_id, masters, operators, checkpoint_type, savepoint_format, self.size
+        )
 
     def _count(self, what: str, limit: int) -> int:
         return self.data.read_length(what, limit=limit)
@@ -300,13 +309,16 @@ class _MetadataParser:
         low = data.read_i64()
         high = data.read_i64()
         # OperatorID prints its lower part first: the id string is the 16 bytes in file order.
-        operator_id = (low & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big").hex() + (high & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big").hex()
+        operator_id = (low & 0xFFFFFFFFFFFFFFFF).to_bytes(8, "big").hex() + (high & 0xFFFFFFFFFFFFFFFF).to_bytes(
+            8, "big"
+        ).hex()
         at = data.offset
         parallelism = data.read_i32()
         max_parallelism = data.read_i32()
         if parallelism < 0 or max_parallelism <= 0 or max_parallelism > MAX_KEY_GROUPS:
-            raise data.error("parallelism >= 0 and max parallelism in 1..32768",
-                             f"{parallelism} and {max_parallelism}", offset=at)
+            raise data.error(
+                "parallelism >= 0 and max parallelism in 1..32768", f"{parallelism} and {max_parallelism}", offset=at
+            )
         coordinator = self._stream_handle(allow=(TAG_NULL, TAG_BYTE_STREAM))
         at = data.offset
         n_subtasks = data.read_i32()
@@ -330,8 +342,16 @@ class _MetadataParser:
                 subtasks.append(self._subtask_state(index, max_parallelism))
             if self.version >= FIRST_VERSION_WITH_REF_CHECKPOINT and data.read_u8() == 1:
                 data.read_i64()  # the checkpoint this subtask's state was reused from
-        return OperatorState(operator_id, uid, name, parallelism, max_parallelism, coordinator,
-                             tuple(subtasks), finished_subtasks=tuple(finished))
+        return OperatorState(
+            operator_id,
+            uid,
+            name,
+            parallelism,
+            max_parallelism,
+            coordinator,
+            tuple(subtasks),
+            finished_subtasks=tuple(finished),
+        )
 
     def _subtask_state(self, index: int, max_parallelism: int) -> SubtaskState:
         data = self.data
@@ -353,12 +373,19 @@ class _MetadataParser:
         at = self.data.offset
         tag = self.data.read_u8()
         if tag not in allow:
-            raise self.data.error(f"a state handle type tag in {sorted(allow)}", tag, offset=at,
-                                  hint="The _metadata file is damaged, or written by a Flink version statecat does not know")
+            raise self.data.error(
+                f"a state handle type tag in {sorted(allow)}",
+                tag,
+                offset=at,
+                hint="The _metadata file is damaged, or written by a Flink version statecat does not know",
+            )
         return tag
 
-    def _stream_handle(self, allow=(TAG_NULL, TAG_BYTE_STREAM, TAG_FILE, TAG_RELATIVE_FILE,
-                                    TAG_SEGMENT_FILE, TAG_EMPTY_SEGMENT_FILE), tag: int | None = None) -> StreamHandle | None:
+    def _stream_handle(
+        self,
+        allow=(TAG_NULL, TAG_BYTE_STREAM, TAG_FILE, TAG_RELATIVE_FILE, TAG_SEGMENT_FILE, TAG_EMPTY_SEGMENT_FILE),
+        tag: int | None = None,
+    ) -> StreamHandle | None:
         data = self.data
         if tag is None:
             tag = self._tag(allow)
@@ -404,11 +431,14 @@ class _MetadataParser:
         start = data.read_i32()
         count = data.read_i32()
         if start < 0 or count < 0 or start + count > max_parallelism:
-            raise data.error(f"a key-group range within the operator's key-groups 0..{max_parallelism - 1}",
-                             f"start {start}, count {count}", offset=at)
+            raise data.error(
+                f"a key-group range within the operator's key-groups 0..{max_parallelism - 1}",
+                f"start {start}, count {count}",
+                offset=at,
+            )
         offsets_at = data.offset
         raw = data.read(8 * count)
-        offsets = tuple(int.from_bytes(raw[i:i + 8], "big", signed=True) for i in range(0, len(raw), 8))
+        offsets = tuple(int.from_bytes(raw[i : i + 8], "big", signed=True) for i in range(0, len(raw), 8))
         stream = self._stream_handle()
         if stream is not None:
             check_key_group_offsets(offsets, stream.size, data.name, offsets_at)
@@ -424,7 +454,11 @@ class _MetadataParser:
             start, offsets, stream = self._key_groups_body(max_parallelism)
             if tag == TAG_KEY_GROUPS_V2:
                 data.read_utf()  # state handle id
-            kind = {TAG_KEY_GROUPS_V1: "legacy", TAG_KEY_GROUPS_SAVEPOINT: "savepoint", TAG_KEY_GROUPS_V2: "checkpoint"}[tag]
+            kind = {
+                TAG_KEY_GROUPS_V1: "legacy",
+                TAG_KEY_GROUPS_SAVEPOINT: "savepoint",
+                TAG_KEY_GROUPS_V2: "checkpoint",
+            }[tag]
             if stream is None:
                 return None
             return KeyGroupsHandle(kind, start, offsets, stream)
@@ -434,8 +468,9 @@ class _MetadataParser:
             start, count = data.read_i32(), data.read_i32()
             size = data.read_i64()
             if self.nesting >= MAX_HANDLE_NESTING:
-                raise data.error(f"changelog handles nested at most {MAX_HANDLE_NESTING} deep", "deeper nesting",
-                                 offset=at)
+                raise data.error(
+                    f"changelog handles nested at most {MAX_HANDLE_NESTING} deep", "deeper nesting", offset=at
+                )
             self.nesting += 1
             for _ in range(2):  # materialized, then non-materialized handles
                 for _ in range(self._count("number of changelog handles", MAX_ENTRIES)):
@@ -477,8 +512,11 @@ class _MetadataParser:
         at = data.offset
         start, count = data.read_i32(), data.read_i32()
         if start < 0 or count < 0 or start + count > max_parallelism:
-            raise data.error(f"a key-group range within max parallelism {max_parallelism}",
-                             f"start {start}, count {count}", offset=at)
+            raise data.error(
+                f"a key-group range within max parallelism {max_parallelism}",
+                f"start {start}, count {count}",
+                offset=at,
+            )
         size = self._non_negative_i64("checkpointed size") if tag == TAG_INCREMENTAL_V2 else 0
         meta_at = data.offset
         meta_stream = self._stream_handle()  # the keyed proxy header only
@@ -494,10 +532,10 @@ class _MetadataParser:
                     files.append(RocksDBFile(name, stream, shared))
         handle_id = data.read_utf() if tag == TAG_INCREMENTAL_V2 else ""
         if meta_stream is None:
-            raise data.error("the RocksDB handle's meta-data stream (its state names and serializers)", "null",
-                             offset=meta_at)
-        return NativeRocksDBHandle(checkpoint_id, backend_id, start, count, size, meta_stream, tuple(files),
-                                   handle_id)
+            raise data.error(
+                "the RocksDB handle's meta-data stream (its state names and serializers)", "null", offset=meta_at
+            )
+        return NativeRocksDBHandle(checkpoint_id, backend_id, start, count, size, meta_stream, tuple(files), handle_id)
 
     def _operator_handle(self) -> OperatorStreamHandle | None:
         data = self.data
@@ -515,7 +553,7 @@ class _MetadataParser:
             n = self._count("number of offsets", MAX_ENTRIES)
             offsets_at.append(data.offset)
             raw = data.read(8 * n)
-            offsets = tuple(int.from_bytes(raw[i:i + 8], "big", signed=True) for i in range(0, len(raw), 8))
+            offsets = tuple(int.from_bytes(raw[i : i + 8], "big", signed=True) for i in range(0, len(raw), 8))
             entries.append(OperatorStateEntry(name, DISTRIBUTION_MODES[mode], offsets))
         if tag == TAG_FILE_MERGING_OPERATOR_STREAM:
             data.read_utf(), data.read_utf()  # task-owned and shared directories
@@ -559,11 +597,15 @@ class _MetadataParser:
         try:
             obj, consumed = parse_java_object(blob)
         except StatecatError as exc:
-            raise FormatError(f"expected a Java-serialized CheckpointProperties trailer: {exc.message}",
-                              file=data.name, offset=at + (exc.offset or 0)) from exc
+            raise FormatError(
+                f"expected a Java-serialized CheckpointProperties trailer: {exc.message}",
+                file=data.name,
+                offset=at + (exc.offset or 0),
+            ) from exc
         if consumed != len(blob):
-            raise FormatError("expected end of file after the CheckpointProperties trailer",
-                              file=data.name, offset=at + consumed)
+            raise FormatError(
+                "expected end of file after the CheckpointProperties trailer", file=data.name, offset=at + consumed
+            )
         checkpoint_type = obj.get("checkpointType") if isinstance(obj, dict) else None
         if not isinstance(checkpoint_type, dict):
             return None, None
@@ -581,16 +623,28 @@ def check_key_group_offsets(offsets: tuple[int, ...], size: int, file: str, at: 
     for i, offset in enumerate(offsets):
         where = None if at is None else at + 8 * i
         if offset < 0:
-            raise FormatError(f"expected key-group offset {i} to be >= 0, got {offset}", file=file, offset=where,
-                              hint="The _metadata file is damaged")
+            raise FormatError(
+                f"expected key-group offset {i} to be >= 0, got {offset}",
+                file=file,
+                offset=where,
+                hint="The _metadata file is damaged",
+            )
         if offset == 0:
             continue
         if offset <= previous:
-            raise FormatError(f"expected key-group offsets in increasing order, got {offset} after {previous}",
-                              file=file, offset=where, hint="The _metadata file is damaged")
+            raise FormatError(
+                f"expected key-group offsets in increasing order, got {offset} after {previous}",
+                file=file,
+                offset=where,
+                hint="The _metadata file is damaged",
+            )
         if offset >= size:
-            raise FormatError(f"expected key-group offset {i} inside the {size}-byte state stream, got {offset}",
-                              file=file, offset=where, hint="The _metadata file is damaged")
+            raise FormatError(
+                f"expected key-group offset {i} inside the {size}-byte state stream, got {offset}",
+                file=file,
+                offset=where,
+                hint="The _metadata file is damaged",
+            )
         previous = offset
 
 
@@ -598,14 +652,21 @@ def check_operator_offsets(entry: OperatorStateEntry, size: int, file: str, at: 
     """An operator state's element offsets must lie inside its stream."""
     for i, offset in enumerate(entry.offsets):
         if not 0 <= offset < size:
-            raise FormatError(f"expected offset {i} of operator state {entry.name!r} inside the {size}-byte state "
-                              f"stream, got {offset}", file=file, offset=None if at is None else at + 8 * i,
-                              hint="The _metadata file is damaged")
+            raise FormatError(
+                f"expected offset {i} of operator state {entry.name!r} inside the {size}-byte state "
+                f"stream, got {offset}",
+                file=file,
+                offset=None if at is None else at + 8 * i,
+                hint="The _metadata file is damaged",
+            )
 
 
 def _has_savepoint_key_groups(operators: tuple[OperatorState, ...]) -> bool:
-    return any(isinstance(subtask.managed_keyed, KeyGroupsHandle) and subtask.managed_keyed.kind == "savepoint"
-               for op in operators for subtask in op.subtasks)
+    return any(
+        isinstance(subtask.managed_keyed, KeyGroupsHandle) and subtask.managed_keyed.kind == "savepoint"
+        for op in operators
+        for subtask in op.subtasks
+    )
 
 
 _CHANGELOG_REASON = "changelog state backend handles are not supported yet; disable the changelog backend and take a canonical savepoint"

@@ -49,8 +49,10 @@ HEAP_CHECKPOINT_LAYOUT = "heap_checkpoint"
 # per state in SST files, read by statecat.readers.native_rocksdb.
 NATIVE_ROCKSDB_LAYOUT = "rocksdb_native"
 KEY_GROUP_LAYOUTS = ("canonical", HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
-PYFLINK_UNDECLARED_REASON = ("PyFlink process-mode state: Flink stores PyFlink coder bytes without a schema; give "
-                             "the job's state descriptors with `statecat snapshot --descriptors FILE` (see STATEINFO.md)")
+PYFLINK_UNDECLARED_REASON = (
+    "PyFlink process-mode state: Flink stores PyFlink coder bytes without a schema; give "
+    "the job's state descriptors with `statecat snapshot --descriptors FILE` (see STATEINFO.md)"
+)
 
 _MODE_TO_KIND = {"SPLIT_DISTRIBUTE": "operator_list", "UNION": "union", "BROADCAST": "broadcast"}
 
@@ -164,8 +166,9 @@ class OperatorMeta:
         for state in self.states:
             if state.name == name:
                 return state
-        raise LookupFailedError(f"unknown state {name!r} in operator {self.label}",
-                                hint=did_you_mean(name, [s.name for s in self.states]))
+        raise LookupFailedError(
+            f"unknown state {name!r} in operator {self.label}", hint=did_you_mean(name, [s.name for s in self.states])
+        )
 
 
 @dataclass(frozen=True)
@@ -197,10 +200,14 @@ class StateMeta:
             return matches[0]
         labels = [op.label for op in self.operators]
         if not matches:
-            raise LookupFailedError(f"unknown operator {ref!r} in savepoint {self.path}",
-                                    hint=did_you_mean(ref, labels + [op.id for op in self.operators]))
-        raise LookupFailedError(f"operator {ref!r} is ambiguous in savepoint {self.path}",
-                                hint="Use the operator id: " + ", ".join(op.id for op in matches))
+            raise LookupFailedError(
+                f"unknown operator {ref!r} in savepoint {self.path}",
+                hint=did_you_mean(ref, labels + [op.id for op in self.operators]),
+            )
+        raise LookupFailedError(
+            f"operator {ref!r} is ambiguous in savepoint {self.path}",
+            hint="Use the operator id: " + ", ".join(op.id for op in matches),
+        )
 
     def find_state(self, state: str, operator: str | None = None) -> tuple[OperatorMeta, StateInfo]:
         if operator is not None:
@@ -211,10 +218,14 @@ class StateMeta:
             return found[0]
         if not found:
             names = [s.name for op in self.operators for s in op.states]
-            raise LookupFailedError(f"unknown state {state!r} in savepoint {self.path}", hint=did_you_mean(state, names))
+            raise LookupFailedError(
+                f"unknown state {state!r} in savepoint {self.path}", hint=did_you_mean(state, names)
+            )
         candidates = ", ".join(f"{op.label} (id {op.id})" for op, _ in found)
-        raise LookupFailedError(f"state {state!r} exists in several operators: {candidates}",
-                                hint="Name the operator with --operator ID|UID|NAME")
+        raise LookupFailedError(
+            f"state {state!r} exists in several operators: {candidates}",
+            hint="Name the operator with --operator ID|UID|NAME",
+        )
 
     def states(self):
         for op in self.operators:
@@ -222,8 +233,14 @@ class StateMeta:
                 yield op, state
 
 
-def load_state_meta(path: str | Storage, *, use_state_info: bool = True, state_info: str | None = None,
-                    descriptors=None, allowed_roots=None) -> StateMeta:
+def load_state_meta(
+    path: str | Storage,
+    *,
+    use_state_info: bool = True,
+    state_info: str | None = None,
+    descriptors=None,
+    allowed_roots=None,
+) -> StateMeta:
     """The StateMeta of a savepoint: from its stateInfo when one matches ``_metadata``, else derived.
 
     ``state_info`` names a stateInfo written elsewhere (``statecat snapshot --output``);
@@ -258,8 +275,10 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
     for subtask in op.subtasks:
         for handle in (subtask.managed_keyed, subtask.raw_keyed):
             if isinstance(handle, UnsupportedKeyedHandle):
-                unsupported.append(f"subtask {subtask.index}, key-groups {handle.start_key_group}.."
-                                   f"{handle.start_key_group + handle.num_key_groups - 1}: {handle.reason}")
+                unsupported.append(
+                    f"subtask {subtask.index}, key-groups {handle.start_key_group}.."
+                    f"{handle.start_key_group + handle.num_key_groups - 1}: {handle.reason}"
+                )
         if subtask.raw_keyed is not None and not isinstance(subtask.raw_keyed, UnsupportedKeyedHandle):
             unsupported.append(f"subtask {subtask.index}: raw keyed state is user-defined bytes without a schema")
         if isinstance(subtask.managed_keyed, KeyGroupsHandle):
@@ -279,16 +298,33 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
         location = OperatorLocation(None, op.coordinator, (0,), False, op.coordinator.size)
         states.append(StateInfo(op.id, COORDINATOR_STATE, "coordinator", None, None, None, blob, None, (location,)))
     states.sort(key=lambda s: (STATE_KINDS.index(s.kind), s.name))
-    return OperatorMeta(op.id, op.uid, op.name, op.parallelism, op.max_parallelism, tuple(states),
-                        op.coordinator.size if op.coordinator else 0, tuple(unsupported))
+    return OperatorMeta(
+        op.id,
+        op.uid,
+        op.name,
+        op.parallelism,
+        op.max_parallelism,
+        tuple(states),
+        op.coordinator.size if op.coordinator else 0,
+        tuple(unsupported),
+    )
 
 
 def _collect_keyed(storage: Storage, subtask: int, handle: KeyGroupsHandle, into: dict) -> None:
     header: StreamHeader = read_keyed_header(storage, handle.stream, list(handle.offsets))
     layout = key_group_layout(storage, handle)
     for state_id, info in enumerate(header.states):
-        location = KeyedLocation(subtask, handle.stream, handle.start_key_group, handle.offsets, state_id,
-                                 header.compressed, header.length, len(header.states), layout)
+        location = KeyedLocation(
+            subtask,
+            handle.stream,
+            handle.start_key_group,
+            handle.offsets,
+            state_id,
+            header.compressed,
+            header.length,
+            len(header.states),
+            layout,
+        )
         if info.name in into:
             into[info.name][2].append(location)
         else:
@@ -301,9 +337,18 @@ def _collect_native(storage: Storage, subtask: int, handle: NativeRocksDBHandle,
     for state_id, info in enumerate(header.states):
         # ``compressed`` stays False: the header's flag is about canonical key-group streams, and
         # SST blocks carry their own compression.
-        location = KeyedLocation(subtask, handle.meta_stream, handle.start_key_group, (), state_id,
-                                 False, header.length, len(header.states), NATIVE_ROCKSDB_LAYOUT,
-                                 handle)
+        location = KeyedLocation(
+            subtask,
+            handle.meta_stream,
+            handle.start_key_group,
+            (),
+            state_id,
+            False,
+            header.length,
+            len(header.states),
+            NATIVE_ROCKSDB_LAYOUT,
+            handle,
+        )
         if info.name in into:
             into[info.name][2].append(location)
         else:
@@ -335,14 +380,17 @@ def _collect_operator(storage: Storage, subtask: int, handle: OperatorStreamHand
         info = infos.get(entry.name)
         if info is None:
             # Its elements would be silently missing from every result: a damaged name or header.
-            file = storage.display(storage.metadata_path if isinstance(handle.stream, InlineStream)
-                                   else handle.stream.path)
-            raise FormatError(f"operator state {entry.name!r} of subtask {subtask} (listed in _metadata) has no "
-                              f"meta info in its stream's header, which declares "
-                              f"{sorted(infos) or 'no states'}", file=file,
-                              offset=handle.stream.offset if isinstance(handle.stream, InlineStream)
-                              else handle.stream.start,
-                              hint="The _metadata file or the state file is damaged")
+            file = storage.display(
+                storage.metadata_path if isinstance(handle.stream, InlineStream) else handle.stream.path
+            )
+            raise FormatError(
+                f"operator state {entry.name!r} of subtask {subtask} (listed in _metadata) has no "
+                f"meta info in its stream's header, which declares "
+                f"{sorted(infos) or 'no states'}",
+                file=file,
+                offset=handle.stream.offset if isinstance(handle.stream, InlineStream) else handle.stream.start,
+                hint="The _metadata file or the state file is damaged",
+            )
         last = max(entry.offsets, default=0)
         end = min((o for o in all_offsets if o > last), default=handle.stream.size)
         location = OperatorLocation(subtask, handle.stream, entry.offsets, header.compressed, end)
@@ -362,15 +410,25 @@ def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, loc
     notes = []
     if info.backend_type == "PRIORITY_QUEUE":
         if value.kind == "timer":
-            return StateInfo(operator_id, info.name, "timer", None, collapse_raw(value.child("key")),
-                             collapse_raw(value.child("namespace")),
-                             TypeDescriptor.of("long"), None, tuple(locations), _classes(info))
+            return StateInfo(
+                operator_id,
+                info.name,
+                "timer",
+                None,
+                collapse_raw(value.child("key")),
+                collapse_raw(value.child("namespace")),
+                TypeDescriptor.of("long"),
+                None,
+                tuple(locations),
+                _classes(info),
+            )
         # An element statecat cannot decode holds key, namespace and payload in one blob: the whole
         # element is the raw value.
         reason = "; ".join(value.raw_reasons()) or "priority queue elements other than timers are not decoded"
         element = TypeDescriptor.raw(value.attr("serializer") or value.describe(), reason)
-        return StateInfo(operator_id, info.name, "timer", None, element, None, element,
-                         None, tuple(locations), _classes(info))
+        return StateInfo(
+            operator_id, info.name, "timer", None, element, None, element, None, tuple(locations), _classes(info)
+        )
     state_type = info.options.get("KEYED_STATE_TYPE")
     namespace = serializers.get("NAMESPACE_SERIALIZER") or TypeDescriptor.of("void_namespace")
     user_key = None
@@ -382,11 +440,13 @@ def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, loc
         else:
             notes.append(f"MapState with a {value.kind} serializer")
             # An unreadable serializer keeps its own reason (e.g. the unknown class inside it).
-            value = TypeDescriptor.raw(value.describe(), "; ".join(value.raw_reasons())
-                                       or "MapState whose serializer is not a MapSerializer")
+            value = TypeDescriptor.raw(
+                value.describe(), "; ".join(value.raw_reasons()) or "MapState whose serializer is not a MapSerializer"
+            )
     elif state_type == "LIST" and value.kind != "list":
-        value = TypeDescriptor.raw(value.describe(), "; ".join(value.raw_reasons())
-                                   or "ListState whose serializer is not a ListSerializer")
+        value = TypeDescriptor.raw(
+            value.describe(), "; ".join(value.raw_reasons()) or "ListState whose serializer is not a ListSerializer"
+        )
     else:
         value = collapse_raw(value)
     if info.backend_type == "KEY_VALUE_V2":
@@ -395,16 +455,34 @@ def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, loc
         # Java holds PyFlink coder bytes here; only the job's descriptors say what they encode.
         if state_type == "MAP":  # keep the map shape: user keys sit in the key bytes, one row per key
             user_key = TypeDescriptor.raw("ByteArrayWrapperSerializer", PYFLINK_UNDECLARED_REASON)
-            value = TypeDescriptor.of("map", [("key", user_key), ("value", TypeDescriptor.raw(
-                "BytePrimitiveArraySerializer", PYFLINK_UNDECLARED_REASON))])
+            value = TypeDescriptor.of(
+                "map",
+                [
+                    ("key", user_key),
+                    ("value", TypeDescriptor.raw("BytePrimitiveArraySerializer", PYFLINK_UNDECLARED_REASON)),
+                ],
+            )
         else:
             value = TypeDescriptor.raw(value.describe(), PYFLINK_UNDECLARED_REASON)
-    return StateInfo(operator_id, info.name, "keyed", state_type, key, namespace, value, user_key, tuple(locations),
-                     _classes(info), tuple(notes))
+    return StateInfo(
+        operator_id,
+        info.name,
+        "keyed",
+        state_type,
+        key,
+        namespace,
+        value,
+        user_key,
+        tuple(locations),
+        _classes(info),
+        tuple(notes),
+    )
 
 
 def _operator_state(operator_id: str, info: StateMetaInfo, locations: list) -> StateInfo:
-    mode = info.options.get("OPERATOR_STATE_DISTRIBUTION_MODE", "BROADCAST" if info.backend_type == "BROADCAST" else "SPLIT_DISTRIBUTE")
+    mode = info.options.get(
+        "OPERATOR_STATE_DISTRIBUTION_MODE", "BROADCAST" if info.backend_type == "BROADCAST" else "SPLIT_DISTRIBUTE"
+    )
     kind = _MODE_TO_KIND.get(mode, "operator_list")
     serializers = info.serializers
     value = serializers.get("VALUE_SERIALIZER") or TypeDescriptor.raw("<none>", "the state has no value serializer")
@@ -420,11 +498,13 @@ def _operator_state(operator_id: str, info: StateMetaInfo, locations: list) -> S
     if info.name.startswith(PYFLINK_PROCESS_STATE_PREFIX) and kind == "broadcast":
         # Java frames each entry's key and value as byte arrays of PyFlink coder bytes: readable as
         # bytes; their types come from the job's descriptors.
-        value = TypeDescriptor.of("broadcast_entry", [("key", TypeDescriptor.of("bytes")),
-                                                      ("value", TypeDescriptor.of("bytes"))])
+        value = TypeDescriptor.of(
+            "broadcast_entry", [("key", TypeDescriptor.of("bytes")), ("value", TypeDescriptor.of("bytes"))]
+        )
         notes = (PYFLINK_UNDECLARED_REASON,)
-    return StateInfo(operator_id, info.name, kind, None, None, None, value, None, tuple(locations), _classes(info),
-                     notes)
+    return StateInfo(
+        operator_id, info.name, kind, None, None, None, value, None, tuple(locations), _classes(info), notes
+    )
 
 
 def operator_id_for_uid(uid: str) -> str:

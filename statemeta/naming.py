@@ -31,14 +31,16 @@ _PLAN_COUNTER = re.compile(r"\[\d+\]")
 RESERVED_NAMES = frozenset({STATE_META_TABLE, "snapshots", "state_stats"})
 # SQL's reserved words (Spark's ANSI list): a table named ``join`` or ``order`` needs quoting in
 # Spark's ANSI mode and in other engines, so no table takes one.
-SQL_KEYWORDS = frozenset("""
+SQL_KEYWORDS = frozenset(
+    """
     all and any as authorization both case cast check collate column constraint create cross
     current_date current_time current_timestamp current_user distinct else end escape except false
     fetch filter for foreign from full grant group having in inner intersect into is join lateral
     leading left natural not null offset on only or order outer overlaps primary references right
     select session_user some table then time to trailing true union unique unknown user using when
     where with
-""".split())
+""".split()
+)
 
 
 def operator_kind(op: OperatorMeta) -> str:

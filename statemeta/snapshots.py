@@ -57,13 +57,31 @@ def _simple(prefix: str, name: str) -> str:
 
 # Snapshots with an empty payload, by class name → descriptor kind.
 SIMPLE_SNAPSHOTS: dict[str, str] = {
-    **{_simple(BASE, java): kind for java, kind in {
-        "Boolean": "boolean", "Byte": "byte", "Short": "short", "Int": "int", "Long": "long",
-        "Float": "float", "Double": "double", "Char": "char", "String": "string", "Void": "void",
-        "BigInt": "bigint", "BigDec": "bigdec", "Date": "date", "SqlDate": "sql_date", "SqlTime": "sql_time",
-        "SqlTimestamp": "sql_timestamp", "LocalDate": "local_date", "LocalTime": "local_time",
-        "LocalDateTime": "local_datetime", "Instant": "instant",
-    }.items()},
+    **{
+        _simple(BASE, java): kind
+        for java, kind in {
+            "Boolean": "boolean",
+            "Byte": "byte",
+            "Short": "short",
+            "Int": "int",
+            "Long": "long",
+            "Float": "float",
+            "Double": "double",
+            "Char": "char",
+            "String": "string",
+            "Void": "void",
+            "BigInt": "bigint",
+            "BigDec": "bigdec",
+            "Date": "date",
+            "SqlDate": "sql_date",
+            "SqlTime": "sql_time",
+            "SqlTimestamp": "sql_timestamp",
+            "LocalDate": "local_date",
+            "LocalTime": "local_time",
+            "LocalDateTime": "local_datetime",
+            "Instant": "instant",
+        }.items()
+    },
     "org.apache.flink.runtime.state.VoidNamespaceSerializer$VoidNamespaceSerializerSnapshot": "void_namespace",
     "org.apache.flink.streaming.api.windowing.windows.TimeWindow$Serializer$TimeWindowSerializerSnapshot": "time_window",
     "org.apache.flink.table.runtime.operators.window.TimeWindow$Serializer$TimeWindowSerializerSnapshot": "time_window",
@@ -76,21 +94,62 @@ SIMPLE_SNAPSHOTS: dict[str, str] = {
 
 PRIMITIVE_ARRAY_SNAPSHOTS: dict[str, str] = {
     f"{ARRAY}{java}PrimitiveArraySerializer${java}PrimitiveArraySerializerSnapshot": kind
-    for java, kind in {"Boolean": "boolean", "Byte": "byte", "Char": "char", "Double": "double", "Float": "float",
-                       "Int": "int", "Long": "long", "Short": "short"}.items()
+    for java, kind in {
+        "Boolean": "boolean",
+        "Byte": "byte",
+        "Char": "char",
+        "Double": "double",
+        "Float": "float",
+        "Int": "int",
+        "Long": "long",
+        "Short": "short",
+    }.items()
 }
 
 # org.apache.flink.table.types.logical.LogicalTypeRoot (Flink 1.15 to 2.3).
-LOGICAL_TYPE_ROOTS = frozenset((
-    "CHAR", "VARCHAR", "BOOLEAN", "BINARY", "VARBINARY", "DECIMAL", "TINYINT", "SMALLINT", "INTEGER", "BIGINT",
-    "FLOAT", "DOUBLE", "DATE", "TIME_WITHOUT_TIME_ZONE", "TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_TIME_ZONE",
-    "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "INTERVAL_YEAR_MONTH", "INTERVAL_DAY_TIME", "ARRAY", "MULTISET", "MAP", "ROW",
-    "DISTINCT_TYPE", "STRUCTURED_TYPE", "NULL", "RAW", "SYMBOL", "UNRESOLVED", "DESCRIPTOR", "VARIANT",
-))
+LOGICAL_TYPE_ROOTS = frozenset(
+    (
+        "CHAR",
+        "VARCHAR",
+        "BOOLEAN",
+        "BINARY",
+        "VARBINARY",
+        "DECIMAL",
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "FLOAT",
+        "DOUBLE",
+        "DATE",
+        "TIME_WITHOUT_TIME_ZONE",
+        "TIMESTAMP_WITHOUT_TIME_ZONE",
+        "TIMESTAMP_WITH_TIME_ZONE",
+        "TIMESTAMP_WITH_LOCAL_TIME_ZONE",
+        "INTERVAL_YEAR_MONTH",
+        "INTERVAL_DAY_TIME",
+        "ARRAY",
+        "MULTISET",
+        "MAP",
+        "ROW",
+        "DISTINCT_TYPE",
+        "STRUCTURED_TYPE",
+        "NULL",
+        "RAW",
+        "SYMBOL",
+        "UNRESOLVED",
+        "DESCRIPTOR",
+        "VARIANT",
+    )
+)
 # Logical type class roots that come straight from the enum, for LogicalType objects.
 _LOGICAL_ROOTS_WITH_LENGTH = ("CHAR", "VARCHAR", "BINARY", "VARBINARY")
-_LOGICAL_ROOTS_WITH_PRECISION = ("TIME_WITHOUT_TIME_ZONE", "TIMESTAMP_WITHOUT_TIME_ZONE",
-                                 "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "TIMESTAMP_WITH_TIME_ZONE")
+_LOGICAL_ROOTS_WITH_PRECISION = (
+    "TIME_WITHOUT_TIME_ZONE",
+    "TIMESTAMP_WITHOUT_TIME_ZONE",
+    "TIMESTAMP_WITH_LOCAL_TIME_ZONE",
+    "TIMESTAMP_WITH_TIME_ZONE",
+)
 
 
 class SnapshotReader:
@@ -109,8 +168,12 @@ class SnapshotReader:
         at = self.data.offset
         version = self.data.read_i32()
         if version != SNAPSHOT_PROXY_VERSION:
-            raise self.data.error(f"serializer snapshot proxy version {SNAPSHOT_PROXY_VERSION}", version, offset=at,
-                                  hint="Savepoints written by Flink before 1.7 are not supported")
+            raise self.data.error(
+                f"serializer snapshot proxy version {SNAPSHOT_PROXY_VERSION}",
+                version,
+                offset=at,
+                hint="Savepoints written by Flink before 1.7 are not supported",
+            )
         return self.versioned()
 
     def versioned(self) -> TypeDescriptor:
@@ -133,7 +196,9 @@ class SnapshotReader:
         if class_name == ARRAY + "BytePrimitiveArraySerializer$BytePrimitiveArraySerializerSnapshot":
             return TypeDescriptor.of("bytes")
         if class_name in PRIMITIVE_ARRAY_SNAPSHOTS:
-            return TypeDescriptor.of("primitive_array", [("element", TypeDescriptor.of(PRIMITIVE_ARRAY_SNAPSHOTS[class_name]))])
+            return TypeDescriptor.of(
+                "primitive_array", [("element", TypeDescriptor.of(PRIMITIVE_ARRAY_SNAPSHOTS[class_name]))]
+            )
         if class_name == ARRAY + "StringArraySerializer$StringArraySerializerSnapshot":
             return TypeDescriptor.of("string_array", [("element", TypeDescriptor.of("string"))])
         parse = COMPLEX_SNAPSHOTS.get(class_name)
@@ -141,20 +206,28 @@ class SnapshotReader:
             raise UnknownSnapshotError(class_name, file=self.data.name, offset=at)
         return parse(self, version, class_name)
 
-    def composite(self, version: int, class_name: str,
-                  outer: Callable[[SnapshotReader, int], dict] | None = None,
-                  nested: int | None = None) -> tuple[dict, list[TypeDescriptor]]:
+    def composite(
+        self,
+        version: int,
+        class_name: str,
+        outer: Callable[[SnapshotReader, int], dict] | None = None,
+        nested: int | None = None,
+    ) -> tuple[dict, list[TypeDescriptor]]:
         """``CompositeTypeSerializerSnapshot``: magic, outer version, outer payload, nested snapshots.
 
         ``nested``: how many nested serializers the class has (a map two, a list one), when fixed.
         """
         data = self.data
         if version <= HIGHEST_LEGACY_COMPOSITE_VERSION:
-            raise UnknownSnapshotError(f"{class_name} (pre-1.8 layout, version {version})", file=data.name, offset=data.offset)
+            raise UnknownSnapshotError(
+                f"{class_name} (pre-1.8 layout, version {version})", file=data.name, offset=data.offset
+            )
         at = data.offset
         magic = data.read_i32()
         if magic != COMPOSITE_MAGIC:
-            raise data.error(f"composite snapshot magic 0x{COMPOSITE_MAGIC:08X}", f"0x{magic & 0xFFFFFFFF:08X}", offset=at)
+            raise data.error(
+                f"composite snapshot magic 0x{COMPOSITE_MAGIC:08X}", f"0x{magic & 0xFFFFFFFF:08X}", offset=at
+            )
         outer_version = data.read_i32()
         attrs = outer(self, outer_version) if outer is not None else {}
         return attrs, self.nested(nested)
@@ -164,7 +237,9 @@ class SnapshotReader:
         at = data.offset
         magic = data.read_i32()
         if magic != NESTED_DELEGATE_MAGIC:
-            raise data.error(f"nested serializers magic 0x{NESTED_DELEGATE_MAGIC:08X}", f"0x{magic & 0xFFFFFFFF:08X}", offset=at)
+            raise data.error(
+                f"nested serializers magic 0x{NESTED_DELEGATE_MAGIC:08X}", f"0x{magic & 0xFFFFFFFF:08X}", offset=at
+            )
         at = data.offset
         version = data.read_i32()
         if version != NESTED_DELEGATE_VERSION:
@@ -188,7 +263,9 @@ class SnapshotReader:
         at = data.offset
         magic = data.read_i64()
         if magic != LINKED_OPTIONAL_MAP_MAGIC:
-            raise data.error(f"optional map magic 0x{LINKED_OPTIONAL_MAP_MAGIC:016X}", f"0x{magic & (2**64 - 1):016X}", offset=at)
+            raise data.error(
+                f"optional map magic 0x{LINKED_OPTIONAL_MAP_MAGIC:016X}", f"0x{magic & (2**64 - 1):016X}", offset=at
+            )
         entries = []
         for _ in range(data.read_length("number of optional map entries", limit=MAX_FIELDS)):
             name = data.read_utf()
@@ -203,12 +280,15 @@ class SnapshotReader:
                 else:
                     value = read_value(data)
                     if data.offset != end:
-                        raise data.error(f"the framed value of {name!r} to end at offset {end}", f"offset {data.offset}")
+                        raise data.error(
+                            f"the framed value of {name!r} to end at offset {end}", f"offset {data.offset}"
+                        )
             entries.append((name, value))
         return entries
 
 
 # ----------------------------------------------------------------------------- complex snapshots
+
 
 def _list(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     _, nested = reader.composite(version, name, nested=1)
@@ -263,6 +343,7 @@ def _pass_through(kind: str):
     def parse(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
         _, nested = reader.composite(version, name, nested=1)
         return TypeDescriptor.of(kind, [("value", nested[0])])
+
     return parse
 
 
@@ -375,7 +456,8 @@ COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor
     RUNTIME + "kryo.KryoSerializerSnapshot": _kryo,
     TABLE + "ExternalSerializer$ExternalSerializerSnapshot": _external,
     TABLE + "RawValueDataSerializer$RawValueDataSerializerSnapshot": lambda r, v, n: TypeDescriptor.of(
-        "raw_value", [("value", r.composite(v, n, nested=1)[1][0])]),
+        "raw_value", [("value", r.composite(v, n, nested=1)[1][0])]
+    ),
     TABLE + "DecimalDataSerializer$DecimalSerializerSnapshot": _decimal_data,
     TABLE + "TimestampDataSerializer$TimestampDataSerializerSnapshot": _timestamp_data,
     TABLE + "RowDataSerializer$RowDataSerializerSnapshot": _rowdata,
@@ -388,6 +470,7 @@ COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor
 
 # ----------------------------------------------------------------------------- logical types
 
+
 def logical_type(obj: object, data: DataInput, depth: int = 0) -> TypeDescriptor:
     """A Java-serialized ``org.apache.flink.table.types.logical.LogicalType`` → descriptor.
 
@@ -395,10 +478,15 @@ def logical_type(obj: object, data: DataInput, depth: int = 0) -> TypeDescriptor
     hold any value, so nesting is bounded and every parameter is checked.
     """
     if not isinstance(obj, dict) or not isinstance(obj.get("typeRoot"), str):
-        raise FormatError(f"expected a serialized LogicalType, got {type(obj).__name__}", file=data.name, offset=data.offset)
+        raise FormatError(
+            f"expected a serialized LogicalType, got {type(obj).__name__}", file=data.name, offset=data.offset
+        )
     if depth > MAX_NESTING:
-        raise FormatError(f"expected logical types nested at most {MAX_NESTING} deep (a cyclic type?)",
-                          file=data.name, offset=data.offset)
+        raise FormatError(
+            f"expected logical types nested at most {MAX_NESTING} deep (a cyclic type?)",
+            file=data.name,
+            offset=data.offset,
+        )
     root = obj["typeRoot"]
     if root not in LOGICAL_TYPE_ROOTS:
         # Flink's LogicalTypeRoot is a closed enum: another name is damage (or a Flink newer than
@@ -415,12 +503,18 @@ def logical_type(obj: object, data: DataInput, depth: int = 0) -> TypeDescriptor
         _check_decimal(obj.get("precision"), obj.get("scale"), data.name, data.offset)
         return TypeDescriptor.of(root, precision=obj.get("precision"), scale=obj.get("scale"), nullable=nullable)
     if root in ("ARRAY", "MULTISET"):
-        return TypeDescriptor.of(root, [("element", logical_type(obj.get("elementType"), data, depth + 1))],
-                                 nullable=nullable)
+        return TypeDescriptor.of(
+            root, [("element", logical_type(obj.get("elementType"), data, depth + 1))], nullable=nullable
+        )
     if root == "MAP":
-        return TypeDescriptor.of(root, [("key", logical_type(obj.get("keyType"), data, depth + 1)),
-                                        ("value", logical_type(obj.get("valueType"), data, depth + 1))],
-                                 nullable=nullable)
+        return TypeDescriptor.of(
+            root,
+            [
+                ("key", logical_type(obj.get("keyType"), data, depth + 1)),
+                ("value", logical_type(obj.get("valueType"), data, depth + 1)),
+            ],
+            nullable=nullable,
+        )
     if root == "ROW":
         try:
             fields = java_list(obj.get("fields"))
@@ -428,12 +522,22 @@ def logical_type(obj: object, data: DataInput, depth: int = 0) -> TypeDescriptor
             raise FormatError(f"expected the fields of a ROW type: {exc}", file=data.name, offset=data.offset) from exc
         if not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in fields):
             raise FormatError("expected ROW fields with names", file=data.name, offset=data.offset)
-        return TypeDescriptor.of(root, [(f["name"], logical_type(f.get("type"), data, depth + 1)) for f in fields],
-                                 nullable=nullable)
+        return TypeDescriptor.of(
+            root, [(f["name"], logical_type(f.get("type"), data, depth + 1)) for f in fields], nullable=nullable
+        )
     if root == "DISTINCT_TYPE":
         return logical_type(obj.get("sourceType"), data, depth + 1)
-    if root in ("RAW", "STRUCTURED_TYPE", "SYMBOL", "UNRESOLVED", "INTERVAL_YEAR_MONTH", "INTERVAL_DAY_TIME",
-                "TIMESTAMP_WITH_TIME_ZONE", "DESCRIPTOR", "VARIANT"):
+    if root in (
+        "RAW",
+        "STRUCTURED_TYPE",
+        "SYMBOL",
+        "UNRESOLVED",
+        "INTERVAL_YEAR_MONTH",
+        "INTERVAL_DAY_TIME",
+        "TIMESTAMP_WITH_TIME_ZONE",
+        "DESCRIPTOR",
+        "VARIANT",
+    ):
         if root == "INTERVAL_YEAR_MONTH":
             return TypeDescriptor.of("INTEGER", nullable=nullable)
         if root == "INTERVAL_DAY_TIME":

@@ -57,28 +57,68 @@ def _list(element: TypeDescriptor) -> TypeDescriptor:
     return TypeDescriptor.of("list", [("element", element)])
 
 
-FILE_SPLIT = _row(("split_id", _t("string")), ("path", _t("string")), ("offset", _t("long")),
-                  ("length", _t("long")), ("modification_time", _t("long")), ("file_size", _t("long")),
-                  ("hostnames", _list(_t("string"))), ("reader_offset", _t("long")),
-                  ("records_to_skip", _t("long")))
-KAFKA_FIELDS = (("topic", _t("string")), ("partition", _t("int")), ("starting_offset", _t("long")),
-                ("stopping_offset", _t("long")), ("starting_marker", _t("string")),
-                ("stopping_marker", _t("string")))
+FILE_SPLIT = _row(
+    ("split_id", _t("string")),
+    ("path", _t("string")),
+    ("offset", _t("long")),
+    ("length", _t("long")),
+    ("modification_time", _t("long")),
+    ("file_size", _t("long")),
+    ("hostnames", _list(_t("string"))),
+    ("reader_offset", _t("long")),
+    ("records_to_skip", _t("long")),
+)
+KAFKA_FIELDS = (
+    ("topic", _t("string")),
+    ("partition", _t("int")),
+    ("starting_offset", _t("long")),
+    ("stopping_offset", _t("long")),
+    ("starting_marker", _t("string")),
+    ("stopping_marker", _t("string")),
+)
 KAFKA_SPLIT = _row(*KAFKA_FIELDS)
 NUMBER_SEQUENCE_SPLIT = _row(("split_id", _t("string")), ("from_value", _t("long")), ("to_value", _t("long")))
 
-SPLIT_TYPE = TypeDescriptor.of("row", [
-    ("connector", _t("string")), ("split_version", _t("int")), ("split_id", _t("string")),
-    ("file", FILE_SPLIT), ("kafka", KAFKA_SPLIT), ("number_sequence", _row(*NUMBER_SEQUENCE_SPLIT.fields[1:])),
-    ("raw", _t("bytes")), ("reason", _t("string")),
-], codec=SPLIT_CODEC)
+SPLIT_TYPE = TypeDescriptor.of(
+    "row",
+    [
+        ("connector", _t("string")),
+        ("split_version", _t("int")),
+        ("split_id", _t("string")),
+        ("file", FILE_SPLIT),
+        ("kafka", KAFKA_SPLIT),
+        ("number_sequence", _row(*NUMBER_SEQUENCE_SPLIT.fields[1:])),
+        ("raw", _t("bytes")),
+        ("reason", _t("string")),
+    ],
+    codec=SPLIT_CODEC,
+)
 
-ENUMERATOR_TYPE = TypeDescriptor.of("row", [
-    ("coordinator_version", _t("int")), ("enumerator_version", _t("int")), ("connector", _t("string")),
-    ("file", _row(("split_version", _t("int")), ("pending_splits", _list(FILE_SPLIT)),
-                  ("processed_paths", _list(_t("string"))))),
-    ("kafka", _row(("split_version", _t("int")), ("initial_discovery_finished", _t("boolean")),
-                   ("partitions", _list(_row(*KAFKA_FIELDS, ("status", _t("string"))))))),
-    ("number_sequence", _row(("remaining_splits", _list(NUMBER_SEQUENCE_SPLIT)))),
-    ("raw", _t("bytes")), ("reason", _t("string")),
-], codec=ENUMERATOR_CODEC)
+ENUMERATOR_TYPE = TypeDescriptor.of(
+    "row",
+    [
+        ("coordinator_version", _t("int")),
+        ("enumerator_version", _t("int")),
+        ("connector", _t("string")),
+        (
+            "file",
+            _row(
+                ("split_version", _t("int")),
+                ("pending_splits", _list(FILE_SPLIT)),
+                ("processed_paths", _list(_t("string"))),
+            ),
+        ),
+        (
+            "kafka",
+            _row(
+                ("split_version", _t("int")),
+                ("initial_discovery_finished", _t("boolean")),
+                ("partitions", _list(_row(*KAFKA_FIELDS, ("status", _t("string"))))),
+            ),
+        ),
+        ("number_sequence", _row(("remaining_splits", _list(NUMBER_SEQUENCE_SPLIT)))),
+        ("raw", _t("bytes")),
+        ("reason", _t("string")),
+    ],
+    codec=ENUMERATOR_CODEC,
+)

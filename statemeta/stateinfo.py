@@ -82,31 +82,33 @@ def _serializer_of_snapshot(snapshot: str) -> str:
 SERIALIZER_CLASSES: dict[str, str] = {}
 for _snapshot, _kind in SIMPLE_SNAPSHOTS.items():
     SERIALIZER_CLASSES.setdefault(_kind, _serializer_of_snapshot(_snapshot))
-SERIALIZER_CLASSES.update({
-    "bytes": _BASE + "array.BytePrimitiveArraySerializer",
-    "list": _BASE + "ListSerializer",
-    "map": _BASE + "MapSerializer",
-    "generic_array": _BASE + "GenericArraySerializer",
-    "string_array": _BASE + "array.StringArraySerializer",
-    "enum": _BASE + "EnumSerializer",
-    "timer": "org.apache.flink.streaming.api.operators.TimerSerializer",
-    "ttl": "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializer",
-    "tuple": _RUNTIME + "TupleSerializer",
-    "row": _RUNTIME + "RowSerializer",
-    "nullable": _RUNTIME + "NullableSerializer",
-    "either": _RUNTIME + "EitherSerializer",
-    "pojo": _RUNTIME + "PojoSerializer",
-    "external": _TABLE + "ExternalSerializer",
-    "raw_value": _TABLE + "RawValueDataSerializer",
-    "decimal_data": _TABLE + "DecimalDataSerializer",
-    "timestamp_data": _TABLE + "TimestampDataSerializer",
-    "rowdata": _TABLE + "RowDataSerializer",
-    "array_data": _TABLE + "ArrayDataSerializer",
-    "map_data": _TABLE + "MapDataSerializer",
-    # PyFlink process mode: Java keeps byte[] (map keys: ByteArrayWrapper) holding PyFlink coder bytes.
-    "pyflink": _BASE + "array.BytePrimitiveArraySerializer",
-    "broadcast_entry": None,
-})
+SERIALIZER_CLASSES.update(
+    {
+        "bytes": _BASE + "array.BytePrimitiveArraySerializer",
+        "list": _BASE + "ListSerializer",
+        "map": _BASE + "MapSerializer",
+        "generic_array": _BASE + "GenericArraySerializer",
+        "string_array": _BASE + "array.StringArraySerializer",
+        "enum": _BASE + "EnumSerializer",
+        "timer": "org.apache.flink.streaming.api.operators.TimerSerializer",
+        "ttl": "org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializer",
+        "tuple": _RUNTIME + "TupleSerializer",
+        "row": _RUNTIME + "RowSerializer",
+        "nullable": _RUNTIME + "NullableSerializer",
+        "either": _RUNTIME + "EitherSerializer",
+        "pojo": _RUNTIME + "PojoSerializer",
+        "external": _TABLE + "ExternalSerializer",
+        "raw_value": _TABLE + "RawValueDataSerializer",
+        "decimal_data": _TABLE + "DecimalDataSerializer",
+        "timestamp_data": _TABLE + "TimestampDataSerializer",
+        "rowdata": _TABLE + "RowDataSerializer",
+        "array_data": _TABLE + "ArrayDataSerializer",
+        "map_data": _TABLE + "MapDataSerializer",
+        # PyFlink process mode: Java keeps byte[] (map keys: ByteArrayWrapper) holding PyFlink coder bytes.
+        "pyflink": _BASE + "array.BytePrimitiveArraySerializer",
+        "broadcast_entry": None,
+    }
+)
 for _snapshot, _kind in PRIMITIVE_ARRAY_SNAPSHOTS.items():
     SERIALIZER_CLASSES.setdefault(f"primitive_array<{_kind}>", _serializer_of_snapshot(_snapshot))
 
@@ -123,6 +125,7 @@ def serializer_class(desc: TypeDescriptor) -> str | None:
 
 
 # ----------------------------------------------------------------------------- freshness
+
 
 @dataclass(frozen=True)
 class MetadataFingerprint:
@@ -146,8 +149,14 @@ def metadata_fingerprint(storage: Storage) -> MetadataFingerprint:
 
 # ----------------------------------------------------------------------------- StateMeta → JSON
 
-def to_state_info(meta: StateMeta, *, descriptors: dict | None = None,
-                  fingerprint: MetadataFingerprint | None = None, written_at: str | None = None) -> dict:
+
+def to_state_info(
+    meta: StateMeta,
+    *,
+    descriptors: dict | None = None,
+    fingerprint: MetadataFingerprint | None = None,
+    written_at: str | None = None,
+) -> dict:
     """The stateInfo document of ``meta`` (a plain dict, ready for ``json.dumps``)."""
     from statecat import __version__
 
@@ -229,26 +238,48 @@ def _keyed_handle_json(storage: Storage, handle) -> dict | None:
     if handle is None:
         return None
     if isinstance(handle, KeyGroupsHandle):
-        return {"type": "key_groups", "kind": handle.kind, "start_key_group": handle.start_key_group,
-                "key_group_range": list(handle.key_group_range), "offsets": list(handle.offsets),
-                "stream": _stream_json(storage, handle.stream)}
+        return {
+            "type": "key_groups",
+            "kind": handle.kind,
+            "start_key_group": handle.start_key_group,
+            "key_group_range": list(handle.key_group_range),
+            "offsets": list(handle.offsets),
+            "stream": _stream_json(storage, handle.stream),
+        }
     if isinstance(handle, NativeRocksDBHandle):
-        return {"type": "rocksdb_native", "kind": handle.kind, "checkpoint_id": handle.checkpoint_id,
-                "backend_id": handle.backend_id, "start_key_group": handle.start_key_group,
-                "num_key_groups": handle.num_key_groups, "checkpointed_size": handle.checkpointed_size,
-                "meta_stream": _stream_json(storage, handle.meta_stream), "handle_id": handle.handle_id,
-                "files": [{"name": f.name, "shared": f.shared, "stream": _stream_json(storage, f.stream)}
-                          for f in handle.files]}
-    return {"type": "unsupported", "kind": handle.kind, "start_key_group": handle.start_key_group,
-            "num_key_groups": handle.num_key_groups, "size": handle.size, "reason": handle.reason}
+        return {
+            "type": "rocksdb_native",
+            "kind": handle.kind,
+            "checkpoint_id": handle.checkpoint_id,
+            "backend_id": handle.backend_id,
+            "start_key_group": handle.start_key_group,
+            "num_key_groups": handle.num_key_groups,
+            "checkpointed_size": handle.checkpointed_size,
+            "meta_stream": _stream_json(storage, handle.meta_stream),
+            "handle_id": handle.handle_id,
+            "files": [
+                {"name": f.name, "shared": f.shared, "stream": _stream_json(storage, f.stream)} for f in handle.files
+            ],
+        }
+    return {
+        "type": "unsupported",
+        "kind": handle.kind,
+        "start_key_group": handle.start_key_group,
+        "num_key_groups": handle.num_key_groups,
+        "size": handle.size,
+        "reason": handle.reason,
+    }
 
 
 def _operator_handle_json(storage: Storage, handle: OperatorStreamHandle | None) -> dict | None:
     if handle is None:
         return None
-    return {"type": "operator", "kind": handle.kind,
-            "entries": [{"name": e.name, "mode": e.mode, "offsets": list(e.offsets)} for e in handle.entries],
-            "stream": _stream_json(storage, handle.stream)}
+    return {
+        "type": "operator",
+        "kind": handle.kind,
+        "entries": [{"name": e.name, "mode": e.mode, "offsets": list(e.offsets)} for e in handle.entries],
+        "stream": _stream_json(storage, handle.stream),
+    }
 
 
 def _subtask_json(storage: Storage, subtask: SubtaskState) -> dict:
@@ -265,8 +296,12 @@ def _subtask_json(storage: Storage, subtask: SubtaskState) -> dict:
 def _type_json(desc: TypeDescriptor | None) -> dict | None:
     if desc is None:
         return None
-    return {"class": serializer_class(desc), "type": desc.to_json(), "sql_type": desc.sql_type(),
-            "describe": desc.describe()}
+    return {
+        "class": serializer_class(desc),
+        "type": desc.to_json(),
+        "sql_type": desc.sql_type(),
+        "describe": desc.describe(),
+    }
 
 
 def _state_json(storage: Storage, op: OperatorMeta, state: StateInfo, handles: dict[int, SubtaskState]) -> dict:
@@ -294,20 +329,47 @@ def _location_json(storage: Storage, loc, subtask: SubtaskState | None) -> dict:
     """A location as a reference into the handles index when it is a handle's, else in full."""
     if isinstance(loc, KeyedLocation):
         if subtask is not None and _same_keyed(subtask.managed_keyed, loc):
-            return {"subtask": loc.subtask, "handle": "managed_keyed", "state_id": loc.state_id,
-                    "state_count": loc.state_count, "compressed": loc.compressed, "header_length": loc.header_length,
-                    **_layout_json(loc)}
-        return {"subtask": loc.subtask, "handle": None, "type": "keyed", "stream": _stream_json(storage, loc.stream),
-                "start_key_group": loc.start_key_group, "offsets": list(loc.offsets), "state_id": loc.state_id,
-                "state_count": loc.state_count, "compressed": loc.compressed, "header_length": loc.header_length,
-                **_layout_json(loc)}
+            return {
+                "subtask": loc.subtask,
+                "handle": "managed_keyed",
+                "state_id": loc.state_id,
+                "state_count": loc.state_count,
+                "compressed": loc.compressed,
+                "header_length": loc.header_length,
+                **_layout_json(loc),
+            }
+        return {
+            "subtask": loc.subtask,
+            "handle": None,
+            "type": "keyed",
+            "stream": _stream_json(storage, loc.stream),
+            "start_key_group": loc.start_key_group,
+            "offsets": list(loc.offsets),
+            "state_id": loc.state_id,
+            "state_count": loc.state_count,
+            "compressed": loc.compressed,
+            "header_length": loc.header_length,
+            **_layout_json(loc),
+        }
     entry = _operator_entry(subtask, loc)
     if entry is not None:
-        return {"subtask": loc.subtask, "handle": "managed_operator", "entry": entry, "compressed": loc.compressed,
-                "end": loc.end}
+        return {
+            "subtask": loc.subtask,
+            "handle": "managed_operator",
+            "entry": entry,
+            "compressed": loc.compressed,
+            "end": loc.end,
+        }
     # e.g. the operator coordinator's bytes, which no subtask holds
-    return {"subtask": loc.subtask, "handle": None, "type": "operator", "stream": _stream_json(storage, loc.stream),
-            "offsets": list(loc.offsets), "compressed": loc.compressed, "end": loc.end}
+    return {
+        "subtask": loc.subtask,
+        "handle": None,
+        "type": "operator",
+        "stream": _stream_json(storage, loc.stream),
+        "offsets": list(loc.offsets),
+        "compressed": loc.compressed,
+        "end": loc.end,
+    }
 
 
 def _layout_json(loc: KeyedLocation) -> dict:
@@ -321,15 +383,23 @@ def _declared(state: StateInfo) -> dict | None:
     desc = value.child("value") if value.kind in ("map", "broadcast_entry") else value
     if desc.kind != "pyflink":
         return None
-    return {"stored_name": desc.attr("stored_name"), "type": desc.attr("declared"),
-            "state_type": state.state_type, "source": desc.attr("source")}
+    return {
+        "stored_name": desc.attr("stored_name"),
+        "type": desc.attr("declared"),
+        "state_type": state.state_type,
+        "source": desc.attr("source"),
+    }
 
 
 def _same_keyed(handle, loc: KeyedLocation) -> bool:
     if loc.native is not None:
         return handle == loc.native
-    return (isinstance(handle, KeyGroupsHandle) and handle.stream == loc.stream
-            and handle.offsets == loc.offsets and handle.start_key_group == loc.start_key_group)
+    return (
+        isinstance(handle, KeyGroupsHandle)
+        and handle.stream == loc.stream
+        and handle.offsets == loc.offsets
+        and handle.start_key_group == loc.start_key_group
+    )
 
 
 def _operator_entry(subtask: SubtaskState | None, loc: OperatorLocation) -> str | None:
@@ -343,6 +413,7 @@ def _operator_entry(subtask: SubtaskState | None, loc: OperatorLocation) -> str 
 
 # ----------------------------------------------------------------------------- JSON → StateMeta
 
+
 def from_state_info(doc: dict, storage: Storage) -> StateMeta:
     """Rebuilds the StateMeta a stateInfo document describes, on the savepoint at ``storage``."""
     _check_format(doc, storage.uri)
@@ -355,24 +426,50 @@ def from_state_info(doc: dict, storage: Storage) -> StateMeta:
             if not (isinstance(op["max_parallelism"], int) and 0 < op["max_parallelism"] <= MAX_KEY_GROUPS):
                 raise ValueError(f"max parallelism {op['max_parallelism']!r} outside 1..{MAX_KEY_GROUPS}")
             _natural(op["parallelism"], "parallelism")
-            raw = OperatorState(op["id"], op["uid"], op["name"], op["parallelism"], op["max_parallelism"],
-                                _stream_from(storage, op["coordinator"]), subtasks, op["finished"],
-                                tuple(op["finished_subtasks"]))
+            raw = OperatorState(
+                op["id"],
+                op["uid"],
+                op["name"],
+                op["parallelism"],
+                op["max_parallelism"],
+                _stream_from(storage, op["coordinator"]),
+                subtasks,
+                op["finished"],
+                tuple(op["finished_subtasks"]),
+            )
             operators_raw.append(raw)
             if not op.get("in_state_meta", True):
                 continue
             by_index = {s.index: s for s in subtasks}
             states = tuple([_state_from(storage, op["id"], s, by_index, raw.max_parallelism) for s in op["states"]])
-            operators_meta.append(OperatorMeta(op["id"], op["uid"], op["name"], op["parallelism"],
-                                               op["max_parallelism"], states, op["coordinator_bytes"],
-                                               tuple(op["unsupported"])))
+            operators_meta.append(
+                OperatorMeta(
+                    op["id"],
+                    op["uid"],
+                    op["name"],
+                    op["parallelism"],
+                    op["max_parallelism"],
+                    states,
+                    op["coordinator_bytes"],
+                    tuple(op["unsupported"]),
+                )
+            )
         metadata = CheckpointMetadata(
-            storage, sp["metadata_version"], sp["checkpoint_id"],
+            storage,
+            sp["metadata_version"],
+            sp["checkpoint_id"],
             tuple(MasterState(m["name"], m["version"], m["size"]) for m in doc["master_states"]),
-            tuple(operators_raw), sp["checkpoint_type"], sp["savepoint_format"], sp["metadata_file"]["size"])
+            tuple(operators_raw),
+            sp["checkpoint_type"],
+            sp["savepoint_format"],
+            sp["metadata_file"]["size"],
+        )
     except (KeyError, TypeError, ValueError, IndexError, AttributeError, StopIteration, RecursionError) as exc:
-        raise FormatError(f"stateInfo does not follow format version {FORMAT_VERSION}: {exc!r}",
-                          file=storage.uri, hint="Write it again with `statecat snapshot`") from exc
+        raise FormatError(
+            f"stateInfo does not follow format version {FORMAT_VERSION}: {exc!r}",
+            file=storage.uri,
+            hint="Write it again with `statecat snapshot`",
+        ) from exc
     return StateMeta(storage, metadata, tuple(operators_meta))
 
 
@@ -380,8 +477,11 @@ def _check_format(doc: dict, where: str) -> None:
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
         raise FormatError("not a statecat stateInfo document", file=where)
     if doc.get("format_version") != FORMAT_VERSION:
-        raise FormatError(f"stateInfo format version {doc.get('format_version')!r}; this statecat reads "
-                          f"version {FORMAT_VERSION}", file=where, hint="Write it again with `statecat snapshot`")
+        raise FormatError(
+            f"stateInfo format version {doc.get('format_version')!r}; this statecat reads version {FORMAT_VERSION}",
+            file=where,
+            hint="Write it again with `statecat snapshot`",
+        )
 
 
 def _stream_from(storage: Storage, data: dict | None) -> StreamHandle | None:
@@ -395,8 +495,9 @@ def _stream_from(storage: Storage, data: dict | None) -> StreamHandle | None:
         return None
     kind = data["kind"]
     if kind == "inline":
-        return InlineStream(str(data["name"]), _natural(data["offset"], "inline offset"),
-                            _natural(data["length"], "inline length"))
+        return InlineStream(
+            str(data["name"]), _natural(data["offset"], "inline offset"), _natural(data["length"], "inline length")
+        )
     path, size, start = data["path"], _natural(data["size"], "stream size"), _natural(data["start"], "stream start")
     if not isinstance(path, str):
         raise TypeError(f"stream path {path!r} is not a string")
@@ -416,32 +517,45 @@ def _natural(value, what: str) -> int:
 
 
 def _subtask_from(storage: Storage, data: dict) -> SubtaskState:
-    return SubtaskState(data["subtask"], _operator_handle_from(storage, data["managed_operator"]),
-                        _operator_handle_from(storage, data["raw_operator"]),
-                        _keyed_handle_from(storage, data["managed_keyed"]),
-                        _keyed_handle_from(storage, data["raw_keyed"]), data["channel_state_handles"])
+    return SubtaskState(
+        data["subtask"],
+        _operator_handle_from(storage, data["managed_operator"]),
+        _operator_handle_from(storage, data["raw_operator"]),
+        _keyed_handle_from(storage, data["managed_keyed"]),
+        _keyed_handle_from(storage, data["raw_keyed"]),
+        data["channel_state_handles"],
+    )
 
 
 def _keyed_handle_from(storage: Storage, data: dict | None):
     if data is None:
         return None
     if data["type"] == "key_groups":
-        handle = KeyGroupsHandle(data["kind"], _natural(data["start_key_group"], "start key-group"),
-                                 tuple(data["offsets"]), _stream_from(storage, data["stream"]))
+        handle = KeyGroupsHandle(
+            data["kind"],
+            _natural(data["start_key_group"], "start key-group"),
+            tuple(data["offsets"]),
+            _stream_from(storage, data["stream"]),
+        )
         check_key_group_offsets(handle.offsets, handle.stream.size, storage.display(storage.metadata_path), None)
         return handle
     if data["type"] == "rocksdb_native":
         handle = NativeRocksDBHandle(
-            data["checkpoint_id"], data["backend_id"], _natural(data["start_key_group"], "start key-group"),
-            _natural(data["num_key_groups"], "key-group count"), data["checkpointed_size"],
+            data["checkpoint_id"],
+            data["backend_id"],
+            _natural(data["start_key_group"], "start key-group"),
+            _natural(data["num_key_groups"], "key-group count"),
+            data["checkpointed_size"],
             _stream_from(storage, data["meta_stream"]),
             tuple(RocksDBFile(f["name"], _stream_from(storage, f["stream"]), bool(f["shared"])) for f in data["files"]),
-            data["handle_id"])
+            data["handle_id"],
+        )
         if any(not f.name or "/" in f.name for f in handle.files):
             raise ValueError("a RocksDB file name with a path separator")
         return handle
-    return UnsupportedKeyedHandle(data["kind"], data["start_key_group"], data["num_key_groups"], data["size"],
-                                  data["reason"])
+    return UnsupportedKeyedHandle(
+        data["kind"], data["start_key_group"], data["num_key_groups"], data["size"], data["reason"]
+    )
 
 
 def _operator_handle_from(storage: Storage, data: dict | None) -> OperatorStreamHandle | None:
@@ -458,8 +572,9 @@ def _type_from(data: dict | None) -> TypeDescriptor | None:
     return None if data is None else TypeDescriptor.from_json(data["type"])
 
 
-def _state_from(storage: Storage, operator_id: str, data: dict, subtasks: dict[int, SubtaskState],
-                max_parallelism: int) -> StateInfo:
+def _state_from(
+    storage: Storage, operator_id: str, data: dict, subtasks: dict[int, SubtaskState], max_parallelism: int
+) -> StateInfo:
     if data["kind"] not in STATE_KINDS or not isinstance(data["name"], str):
         raise ValueError(f"state {data['name']!r} has unknown kind {data['kind']!r}")
     keyed = data["kind"] in ("keyed", "timer")
@@ -509,19 +624,42 @@ def _state_from(storage: Storage, operator_id: str, data: dict, subtasks: dict[i
             layout = loc.get("layout", "canonical")
             if layout not in KEY_GROUP_LAYOUTS or (layout == NATIVE_ROCKSDB_LAYOUT) != (native is not None):
                 raise ValueError(f"key-group layout {layout!r} does not fit its handle")
-            locations.append(KeyedLocation(subtask, stream, start, offsets, loc["state_id"], loc["compressed"],
-                                           header_length, state_count, layout, native))
+            locations.append(
+                KeyedLocation(
+                    subtask,
+                    stream,
+                    start,
+                    offsets,
+                    loc["state_id"],
+                    loc["compressed"],
+                    header_length,
+                    state_count,
+                    layout,
+                    native,
+                )
+            )
         else:
             end = _natural(loc["end"], "end")
             if end > stream.size or any(o > end for o in offsets):
                 raise ValueError(f"operator state end {end} outside its stream or before its elements")
             locations.append(OperatorLocation(subtask, stream, offsets, loc["compressed"], end))
-    return StateInfo(operator_id, data["name"], data["kind"], data["state_type"], _type_from(data["key"]),
-                     _type_from(data["namespace"]), _type_from(data["value"]), _type_from(data["user_key"]),
-                     tuple(locations), dict(data["serializer_snapshots"]), tuple(data["notes"]))
+    return StateInfo(
+        operator_id,
+        data["name"],
+        data["kind"],
+        data["state_type"],
+        _type_from(data["key"]),
+        _type_from(data["namespace"]),
+        _type_from(data["value"]),
+        _type_from(data["user_key"]),
+        tuple(locations),
+        dict(data["serializer_snapshots"]),
+        tuple(data["notes"]),
+    )
 
 
 # ----------------------------------------------------------------------------- files
+
 
 def state_info_location(storage: Storage, output_dir: str | None = None) -> tuple[pafs.FileSystem, str]:
     """Where the stateInfo of a savepoint goes: next to ``_metadata``, or into ``output_dir``."""
@@ -562,8 +700,9 @@ class WriteResult:
     doc: dict
 
 
-def write_state_info(meta: StateMeta, output_dir: str | None = None, *, descriptors: dict | None = None,
-                     taken: dict | None = None) -> WriteResult:
+def write_state_info(
+    meta: StateMeta, output_dir: str | None = None, *, descriptors: dict | None = None, taken: dict | None = None
+) -> WriteResult:
     """Writes the stateInfo of ``meta`` atomically; a no-op when an identical one is there.
 
     "Identical" ignores ``written_at``: a re-run keeps the first write's time, so running the
@@ -579,8 +718,12 @@ def write_state_info(meta: StateMeta, output_dir: str | None = None, *, descript
     filesystem, path = state_info_location(meta.storage, output_dir)
     doc = to_state_info(meta, descriptors=descriptors)
     existing = _read_json(filesystem, path, meta.storage if output_dir is None else None)
-    if taken is None and existing is not None and isinstance(existing.get("taken"), dict) \
-            and _same_metadata(existing, doc):
+    if (
+        taken is None
+        and existing is not None
+        and isinstance(existing.get("taken"), dict)
+        and _same_metadata(existing, doc)
+    ):
         taken = existing["taken"]
     taken = taken or snapshotter_record(meta.storage)
     if taken is not None:
@@ -672,8 +815,9 @@ def read_state_info_file(path: str) -> dict:
         inner = posixpath.join(inner, STATE_INFO_FILE)
     doc = _read_json(filesystem, inner)
     if doc is None:
-        raise SavepointNotFoundError("no readable stateInfo", file=str(path),
-                                     hint="Write one with `statecat snapshot SAVEPOINT`")
+        raise SavepointNotFoundError(
+            "no readable stateInfo", file=str(path), hint="Write one with `statecat snapshot SAVEPOINT`"
+        )
     _check_format(doc, str(path))
     return doc
 
@@ -690,8 +834,9 @@ def is_fresh(doc: dict, storage: Storage, fingerprint: MetadataFingerprint | Non
         return False
 
 
-def read_state_info(state_info: str | None = None, savepoint: str | Storage | None = None, *,
-                    check_fresh: bool = True) -> StateMeta:
+def read_state_info(
+    state_info: str | None = None, savepoint: str | Storage | None = None, *, check_fresh: bool = True
+) -> StateMeta:
     """The StateMeta of a stateInfo document.
 
     ``state_info``: the stateInfo file or the directory holding it (default: the savepoint's
@@ -706,16 +851,22 @@ def read_state_info(state_info: str | None = None, savepoint: str | Storage | No
         state_info = storage.uri if "://" in storage.uri else storage.directory
         doc = _read_json(storage.filesystem, posixpath.join(storage.directory, STATE_INFO_FILE), storage)
         if doc is None:
-            raise SavepointNotFoundError("the savepoint has no readable stateInfo", file=storage.uri,
-                                         hint="Write one with `statecat snapshot SAVEPOINT`")
+            raise SavepointNotFoundError(
+                "the savepoint has no readable stateInfo",
+                file=storage.uri,
+                hint="Write one with `statecat snapshot SAVEPOINT`",
+            )
         _check_format(doc, storage.uri)
     else:
         doc = read_state_info_file(state_info)
     if savepoint is None:
         storage = open_storage(doc["savepoint"]["path"])
     if check_fresh and not is_fresh(doc, storage):
-        raise FormatError("stateInfo is stale: _metadata changed since it was written", file=str(state_info),
-                          hint="Write it again with `statecat snapshot SAVEPOINT`")
+        raise FormatError(
+            "stateInfo is stale: _metadata changed since it was written",
+            file=str(state_info),
+            hint="Write it again with `statecat snapshot SAVEPOINT`",
+        )
     return from_state_info(doc, storage)
 
 
@@ -746,8 +897,11 @@ def _written_before_native_reading(doc: dict) -> bool:
         for handles in op.get("handles") or ():
             for name in ("managed_keyed", "raw_keyed"):
                 handle = handles.get(name) if isinstance(handles, dict) else None
-                if isinstance(handle, dict) and handle.get("type") == "unsupported" \
-                        and handle.get("kind") == "native-rocksdb":
+                if (
+                    isinstance(handle, dict)
+                    and handle.get("type") == "unsupported"
+                    and handle.get("kind") == "native-rocksdb"
+                ):
                     return True
     return False
 
@@ -756,8 +910,9 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def snapshot(path: str | Storage, output_dir: str | None = None, *, descriptors=None,
-             taken: dict | None = None) -> WriteResult:
+def snapshot(
+    path: str | Storage, output_dir: str | None = None, *, descriptors=None, taken: dict | None = None
+) -> WriteResult:
     """``statecat snapshot``: derive StateMeta from ``_metadata`` + stream headers, write stateInfo.
 
     Always derives from the savepoint itself (never from an existing stateInfo), applying the

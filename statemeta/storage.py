@@ -36,8 +36,14 @@ CHECKPOINT_SHARED_DIRS = ("shared", "taskowned")
 SCHEME_ALIASES = {"s3a": "s3", "s3n": "s3", "s3p": "s3", "gcs": "gs"}
 # Schemes whose URI authority is a host, not part of the path (``hdfs://namenode:8020/path``).
 HOST_AUTHORITY_SCHEMES = ("hdfs", "viewfs")
-_FILE_TYPE_NAMES = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-                    stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory", stat.S_IFLNK: "a symbolic link"}
+_FILE_TYPE_NAMES = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+    stat.S_IFLNK: "a symbolic link",
+}
 _MISSING_HINT = "Copy the complete savepoint directory; every file next to _metadata belongs to it"
 
 
@@ -113,8 +119,13 @@ class Storage:
     def resolve_relative(self, relative: str) -> str:
         """A tag-6 relative handle: a file inside the savepoint directory, never outside it."""
         normalised = posixpath.normpath(relative)
-        if (normalised.startswith(("/", "..")) or "/../" in f"/{normalised}/" or normalised in (".", "")
-                or "\\" in relative or "\x00" in relative):
+        if (
+            normalised.startswith(("/", ".."))
+            or "/../" in f"/{normalised}/"
+            or normalised in (".", "")
+            or "\\" in relative
+            or "\x00" in relative
+        ):
             raise StateFileError(
                 f"relative state handle {relative!r} points outside the savepoint directory",
                 file=self.display(self.metadata_path),
@@ -172,8 +183,11 @@ class Storage:
         Anything else is a ``StateFileError`` that names the option widening the rule.
         """
         if "\x00" in path:
-            raise StateFileError("a state handle names a path with a NUL character", file=repr(path),
-                                 hint="The _metadata file or stateInfo is damaged or was crafted")
+            raise StateFileError(
+                "a state handle names a path with a NUL character",
+                file=repr(path),
+                hint="The _metadata file or stateInfo is damaged or was crafted",
+            )
         if "://" in path:  # another filesystem than the savepoint's
             scheme, inner = _split_uri(path)
             if scheme == "file":
@@ -207,7 +221,7 @@ class Storage:
         if not CHECKPOINT_DIR.fullmatch(posixpath.basename(self._own_root)):
             return False
         job = posixpath.dirname(self._own_root)
-        relative = target[len(job.rstrip("/")) + 1:] if Root(self.scheme, job).holds(self.scheme, target) else ""
+        relative = target[len(job.rstrip("/")) + 1 :] if Root(self.scheme, job).holds(self.scheme, target) else ""
         first, _, rest = relative.partition("/")
         return bool(rest) and (first in CHECKPOINT_SHARED_DIRS or bool(CHECKPOINT_DIR.fullmatch(first)))
 
@@ -223,9 +237,10 @@ class Storage:
             f"refusing to read {self.display(path)}: a state handle of this snapshot points there and {why}",
             file=self.display(self.metadata_path),
             hint=f"statecat reads only files under the snapshot's own directory ({own}); if this snapshot is "
-                 f"trusted and the file belongs to it, allow its directory with {ALLOWED_ROOTS_OPTION} DIR, the "
-                 f"environment variable {ALLOWED_ROOTS_ENV} (paths or URIs separated by {os.pathsep!r}), or "
-                 f"allowed_roots=[...] in Python")
+            f"trusted and the file belongs to it, allow its directory with {ALLOWED_ROOTS_OPTION} DIR, the "
+            f"environment variable {ALLOWED_ROOTS_ENV} (paths or URIs separated by {os.pathsep!r}), or "
+            f"allowed_roots=[...] in Python",
+        )
 
 
 class StateFile(io.RawIOBase):
@@ -257,8 +272,11 @@ class StateFile(io.RawIOBase):
         elif whence == io.SEEK_END:
             position += self.file_size
         if not isinstance(position, int) or position < 0:
-            raise FormatError(f"expected a position within the file, got {position}", file=self.name,
-                              hint="An offset in _metadata or the state data is damaged")
+            raise FormatError(
+                f"expected a position within the file, got {position}",
+                file=self.name,
+                hint="An offset in _metadata or the state data is damaged",
+            )
         try:
             return self._buffer.seek(position)
         except (OSError, ValueError, OverflowError) as exc:
@@ -269,8 +287,12 @@ class StateFile(io.RawIOBase):
         if n is None or n == -1:
             n = max(self.file_size - at, 0)
         if not isinstance(n, int) or n < 0:
-            raise FormatError(f"expected a non-negative length to read, got {n}", file=self.name, offset=at,
-                              hint="A length or offset in _metadata or the state data is damaged")
+            raise FormatError(
+                f"expected a non-negative length to read, got {n}",
+                file=self.name,
+                offset=at,
+                hint="A length or offset in _metadata or the state data is damaged",
+            )
         n = min(n, max(self.file_size - at, 0))
         try:
             return self._buffer.read(n)
@@ -279,7 +301,7 @@ class StateFile(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         data = self.read(len(memoryview(buffer)))
-        memoryview(buffer)[:len(data)] = data
+        memoryview(buffer)[: len(data)] = data
         return len(data)
 
     def peek(self, n: int = 1) -> bytes:
@@ -291,8 +313,7 @@ class StateFile(io.RawIOBase):
         super().close()
 
 
-def open_regular_file(filesystem: pafs.FileSystem, path: str, display: str, *,
-                      buffer_size: int = 1 << 16) -> StateFile:
+def open_regular_file(filesystem: pafs.FileSystem, path: str, display: str, *, buffer_size: int = 1 << 16) -> StateFile:
     """Opens a regular file for reads; anything else (FIFO, device, directory) is a ``StateFileError``.
 
     Not confined: ``Storage.open`` confines first; files the user names directly come here as they are.
@@ -304,8 +325,9 @@ def open_regular_file(filesystem: pafs.FileSystem, path: str, display: str, *,
         try:
             raw = filesystem.open_input_file(path)
         except FileNotFoundError as exc:
-            raise StateFileError("state file referenced by _metadata is missing", file=display,
-                                 hint=_MISSING_HINT) from exc
+            raise StateFileError(
+                "state file referenced by _metadata is missing", file=display, hint=_MISSING_HINT
+            ) from exc
         except OSError as exc:
             raise StateFileError(f"cannot open state file: {exc}", file=display) from exc
     return StateFile(raw, display, size, buffer_size)
@@ -321,8 +343,11 @@ def regular_file_size(filesystem: pafs.FileSystem, path: str, display: str) -> i
     if info.type == pafs.FileType.NotFound:
         raise StateFileError("state file referenced by _metadata is missing", file=display, hint=_MISSING_HINT)
     if info.type != pafs.FileType.File:
-        raise StateFileError("state file referenced by _metadata is not a regular file", file=display,
-                             hint="statecat reads regular files only")
+        raise StateFileError(
+            "state file referenced by _metadata is not a regular file",
+            file=display,
+            hint="statecat reads regular files only",
+        )
     return info.size
 
 
@@ -353,8 +378,11 @@ def _regular_file_stat(path: str, display: str) -> os.stat_result:
         raise StateFileError(f"cannot read state file: {exc.strerror or exc}", file=display) from exc
     if not stat.S_ISREG(info.st_mode):
         kind = _FILE_TYPE_NAMES.get(stat.S_IFMT(info.st_mode), "not a regular file")
-        raise StateFileError(f"refusing to read a state file that is {kind}, not a regular file", file=display,
-                             hint="statecat reads regular files only; replace it with the file Flink wrote")
+        raise StateFileError(
+            f"refusing to read a state file that is {kind}, not a regular file",
+            file=display,
+            hint="statecat reads regular files only; replace it with the file Flink wrote",
+        )
     return info
 
 
@@ -370,7 +398,7 @@ def _scheme_of(uri: str) -> str:
 def _split_uri(uri: str) -> tuple[str | None, str]:
     """(scheme, path in that filesystem's terms) of a handle's URI; scheme None for a bare path."""
     if uri.startswith("file:"):
-        path = uri[len("file:"):]
+        path = uri[len("file:") :]
         while path.startswith("//"):
             path = path[1:]
         return "file", path
@@ -432,8 +460,12 @@ def split_roots(text: str) -> tuple[str, ...]:
     i = 0
     while i < len(pieces):
         piece = pieces[i]
-        if (os.pathsep == ":" and i + 1 < len(pieces) and _URI_SCHEME.fullmatch(piece)
-                and (pieces[i + 1].startswith("//") or piece == "file" and pieces[i + 1].startswith("/"))):
+        if (
+            os.pathsep == ":"
+            and i + 1 < len(pieces)
+            and _URI_SCHEME.fullmatch(piece)
+            and (pieces[i + 1].startswith("//") or piece == "file" and pieces[i + 1].startswith("/"))
+        ):
             piece = f"{piece}:{pieces[i + 1]}"
             i += 1
         if piece.strip():
@@ -465,11 +497,15 @@ def open_storage(path: str, *, allowed_roots=None) -> Storage:
     try:
         info = filesystem.get_file_info(inner)
         if info.type == pafs.FileType.NotFound:
-            raise SavepointNotFoundError("no such file or directory", file=raw,
-                                         hint="Give the savepoint directory (the one holding _metadata)")
+            raise SavepointNotFoundError(
+                "no such file or directory", file=raw, hint="Give the savepoint directory (the one holding _metadata)"
+            )
         if info.type not in (pafs.FileType.File, pafs.FileType.Directory):
-            raise SavepointNotFoundError("not a savepoint: neither a directory nor a regular file", file=raw,
-                                         hint="Give the savepoint directory (the one holding _metadata)")
+            raise SavepointNotFoundError(
+                "not a savepoint: neither a directory nor a regular file",
+                file=raw,
+                hint="Give the savepoint directory (the one holding _metadata)",
+            )
         return _open_found(filesystem, inner, info, raw, allowed_roots)
     except OSError as exc:
         raise SavepointNotFoundError(f"cannot read {raw!r}: {exc}", file=raw) from exc
@@ -478,8 +514,11 @@ def open_storage(path: str, *, allowed_roots=None) -> Storage:
 def _open_found(filesystem: pafs.FileSystem, inner: str, info: pafs.FileInfo, raw: str, allowed_roots) -> Storage:
     if info.type == pafs.FileType.File:
         if posixpath.basename(inner) != METADATA_FILE:
-            raise SavepointNotFoundError("not a savepoint: expected a directory holding _metadata, got a file",
-                                         file=raw, hint="Give the savepoint directory (the one holding _metadata)")
+            raise SavepointNotFoundError(
+                "not a savepoint: expected a directory holding _metadata, got a file",
+                file=raw,
+                hint="Give the savepoint directory (the one holding _metadata)",
+            )
         inner = posixpath.dirname(inner)
     directory = _find_metadata_dir(filesystem, inner, raw)
     uri = raw if directory == inner else _join_uri(raw, posixpath.relpath(directory, inner))
@@ -495,18 +534,24 @@ def _find_metadata_dir(filesystem: pafs.FileSystem, directory: str, raw: str) ->
     children = filesystem.get_file_info(pafs.FileSelector(directory, allow_not_found=True))
     # Any name: Flink's savepoint-*/chk-*, or a copy's own name (``savepoint/``) as attach accepts it.
     candidates = [
-        c.path for c in children
-        if c.type == pafs.FileType.Directory and not c.base_name.startswith(".")
+        c.path
+        for c in children
+        if c.type == pafs.FileType.Directory
+        and not c.base_name.startswith(".")
         and filesystem.get_file_info(posixpath.join(c.path, METADATA_FILE)).type == pafs.FileType.File
     ]
     if len(candidates) == 1:
         return candidates[0]
     if candidates:
         names = ", ".join(sorted(posixpath.basename(c) for c in candidates))
-        raise SavepointNotFoundError(f"not a savepoint: the directory holds several savepoints ({names})",
-                                     file=raw, hint="Give one of them")
-    raise SavepointNotFoundError("not a savepoint: expected a _metadata file in the directory, found none",
-                                 file=raw, hint="Give the savepoint directory (the one holding _metadata)")
+        raise SavepointNotFoundError(
+            f"not a savepoint: the directory holds several savepoints ({names})", file=raw, hint="Give one of them"
+        )
+    raise SavepointNotFoundError(
+        "not a savepoint: expected a _metadata file in the directory, found none",
+        file=raw,
+        hint="Give the savepoint directory (the one holding _metadata)",
+    )
 
 
 def _join_uri(base: str, relative: str) -> str:

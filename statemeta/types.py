@@ -164,8 +164,11 @@ class TypeDescriptor:
         if kind == "timestamp_data":
             return f"TIMESTAMP({self.attr('precision')})"
         if kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE", "TIME_WITHOUT_TIME_ZONE"):
-            name = {"TIMESTAMP_WITHOUT_TIME_ZONE": "TIMESTAMP", "TIMESTAMP_WITH_LOCAL_TIME_ZONE": "TIMESTAMP_LTZ",
-                    "TIME_WITHOUT_TIME_ZONE": "TIME"}[kind]
+            name = {
+                "TIMESTAMP_WITHOUT_TIME_ZONE": "TIMESTAMP",
+                "TIMESTAMP_WITH_LOCAL_TIME_ZONE": "TIMESTAMP_LTZ",
+                "TIME_WITHOUT_TIME_ZONE": "TIME",
+            }[kind]
             return f"{name}({self.attr('precision')})"
         if kind in ("CHAR", "VARCHAR", "BINARY", "VARBINARY"):
             length = self.attr("length")
@@ -211,10 +214,27 @@ class TypeDescriptor:
 
 
 _FIXED_LENGTHS = {
-    "boolean": 1, "byte": 1, "short": 2, "int": 4, "long": 8, "float": 4, "double": 8, "char": 2,
-    "void": 1, "void_namespace": 1, "global_window": 1, "time_window": 16, "count_window": 8,
-    "sql_date": 8, "sql_time": 8, "sql_timestamp": 12, "date": 8, "instant": 12,
-    "local_date": 6, "local_time": 7, "local_datetime": 13,
+    "boolean": 1,
+    "byte": 1,
+    "short": 2,
+    "int": 4,
+    "long": 8,
+    "float": 4,
+    "double": 8,
+    "char": 2,
+    "void": 1,
+    "void_namespace": 1,
+    "global_window": 1,
+    "time_window": 16,
+    "count_window": 8,
+    "sql_date": 8,
+    "sql_time": 8,
+    "sql_timestamp": 12,
+    "date": 8,
+    "instant": 12,
+    "local_date": 6,
+    "local_time": 7,
+    "local_datetime": 13,
 }
 
 

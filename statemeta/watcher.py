@@ -229,8 +229,9 @@ class Watcher:
 
     # -- loop
 
-    def run(self, interval: float = DEFAULT_INTERVAL, stop: threading.Event | None = None,
-            max_polls: int | None = None) -> None:
+    def run(
+        self, interval: float = DEFAULT_INTERVAL, stop: threading.Event | None = None, max_polls: int | None = None
+    ) -> None:
         stop = stop or threading.Event()
         polls = 0
         while not stop.is_set():

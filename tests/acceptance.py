@@ -90,7 +90,9 @@ def check_inspect(case_dir: Path, expected: dict) -> None:
         for state in expected_op["states"]:
             assert kinds[state["name"]] == (state["kind"], state["state_type"]), state["name"]
     unnamed = [op for op in report["operators"] if op["states"] and op["id"] not in named]
-    assert not unnamed, f"states not in expected.json: {[(op['name'], [s['name'] for s in op['states']]) for op in unnamed]}"
+    assert not unnamed, (
+        f"states not in expected.json: {[(op['name'], [s['name'] for s in op['states']]) for op in unnamed]}"
+    )
     handle_kinds = {kind.split("/")[-1] for op in report["operators"] for kind in op["handles"]}
     if expected["expect_file_handles"]:
         assert "relative" in handle_kinds or "file" in handle_kinds
@@ -131,8 +133,9 @@ def check_state_rows(case_dir: Path, expected_op: dict, expected_state: dict) ->
     rows = [{name: canonical(value) for name, value in row.items()} for row in table.to_pylist()]
     if expected_state["rows"] is None:
         # a decoded source enumerator keeps its bytes in value.raw (statemeta/source_splits.py)
-        blob = b"".join(bytes.fromhex(r["value"].get("raw", r["value"])["hex"]) for r in rows
-                        if isinstance(r.get("value"), dict))
+        blob = b"".join(
+            bytes.fromhex(r["value"].get("raw", r["value"])["hex"]) for r in rows if isinstance(r.get("value"), dict)
+        )
         assert expected_state.get("raw_contains"), "a state without rows must name strings its bytes contain"
         for text in expected_state["raw_contains"]:
             assert text.encode() in blob, f"{text!r} not in the raw bytes of {expected_state['name']}"
@@ -140,10 +143,19 @@ def check_state_rows(case_dir: Path, expected_op: dict, expected_state: dict) ->
     expected_rows = expected_state["rows"]
     if expected_state["name"].startswith(PYFLINK_PROCESS_PREFIX):
         # PyFlink coder bytes; typed reads need the job's descriptors (tests/test_stateinfo_pyflink.py).
-        assert reader.meta.find_state(expected_state["name"], op.id)[1].decode_status == "raw" or expected_state["kind"] == "broadcast"
-        assert len({json.dumps(r.get("key"), sort_keys=True) for r in rows}) == len({json.dumps(r.get("key"), sort_keys=True) for r in expected_rows})
+        assert (
+            reader.meta.find_state(expected_state["name"], op.id)[1].decode_status == "raw"
+            or expected_state["kind"] == "broadcast"
+        )
+        assert len({json.dumps(r.get("key"), sort_keys=True) for r in rows}) == len(
+            {json.dumps(r.get("key"), sort_keys=True) for r in expected_rows}
+        )
         return
-    if expected_state.get("declared_type") and rows and all(isinstance(r["value"], dict) and set(r["value"]) == {"hex"} for r in rows):
+    if (
+        expected_state.get("declared_type")
+        and rows
+        and all(isinstance(r["value"], dict) and set(r["value"]) == {"hex"} for r in rows)
+    ):
         # Thread mode keeps pickled values as byte[]: check that the bytes are the expected objects.
         rows = [{**r, "value": _json_of_pickle(bytes.fromhex(r["value"]["hex"]))} for r in rows]
     columns = [c for c in table.column_names if c != "subtask"]
@@ -152,7 +164,9 @@ def check_state_rows(case_dir: Path, expected_op: dict, expected_state: dict) ->
         subtasks = {r["subtask"] for r in rows}
         assert subtasks, "broadcast state has no rows"
         for subtask in subtasks:
-            assert _comparable([r for r in rows if r["subtask"] == subtask], columns) == _comparable(expected_rows, columns)
+            assert _comparable([r for r in rows if r["subtask"] == subtask], columns) == _comparable(
+                expected_rows, columns
+            )
         return
     if any("subtask" in r for r in expected_rows):
         columns.append("subtask")

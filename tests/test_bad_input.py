@@ -64,7 +64,9 @@ def test_wrong_magic(savepoint):
     data = _metadata(savepoint)
     data[0:4] = b"\x00\x01\x02\x03"
     _write(savepoint, data)
-    with pytest.raises(FormatError, match=f"expected the _metadata magic number 0x{METADATA_MAGIC:08X}, got 0x00010203") as error:
+    with pytest.raises(
+        FormatError, match=f"expected the _metadata magic number 0x{METADATA_MAGIC:08X}, got 0x00010203"
+    ) as error:
         read_metadata(savepoint)
     assert error.value.offset == 0
 
@@ -73,7 +75,9 @@ def test_unknown_version_lists_supported_versions(savepoint):
     data = _metadata(savepoint)
     data[4:8] = struct.pack(">i", 99)
     _write(savepoint, data)
-    with pytest.raises(UnsupportedError, match=r"unknown _metadata version 99; supported versions: 3 .*6 \(Flink 2.1–2.3\)") as error:
+    with pytest.raises(
+        UnsupportedError, match=r"unknown _metadata version 99; supported versions: 3 .*6 \(Flink 2.1–2.3\)"
+    ) as error:
         read_metadata(savepoint)
     assert error.value.offset == 4
 
@@ -114,7 +118,7 @@ def test_damaged_state_data_names_state_file_and_offset(savepoint):
     path = Path(location.stream.path)
     data = bytearray(path.read_bytes())
     # The first entry's key length: make it claim more bytes than the key-group holds.
-    data[first_group + 2:first_group + 6] = struct.pack(">i", 1 << 30)
+    data[first_group + 2 : first_group + 6] = struct.pack(">i", 1 << 30)
     path.write_bytes(bytes(data))
     with pytest.raises(FormatError) as error:
         SavepointReader(savepoint).table("accState")
@@ -147,8 +151,14 @@ def test_parent_with_one_savepoint_of_any_name_is_accepted_by_every_command(save
     assert _cli("inspect", str(case)).returncode == 0
     read = _cli("read", str(case), "--state", "accState", "--key", "key_662", "--format", "jsonl")
     assert read.returncode == 0, read.stderr
-    expected = [r["value"] for op in load_expected(FILE_CASE)["operators"] for st in op["states"]
-                if st["name"] == "accState" for r in st["rows"] if r["key"] == "key_662"]
+    expected = [
+        r["value"]
+        for op in load_expected(FILE_CASE)["operators"]
+        for st in op["states"]
+        if st["name"] == "accState"
+        for r in st["rows"]
+        if r["key"] == "key_662"
+    ]
     assert [json.loads(line)["value"] for line in read.stdout.splitlines()] == expected
     output = tmp_path / "state_info_out"
     assert _cli("snapshot", str(case), "--output", str(output)).returncode == 0

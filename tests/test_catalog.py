@@ -21,8 +21,18 @@ GROUPBY_CASE = "sql_groupby_hashmap_2.3"
 GROUPBY_DB = "sql_groupby_hashmap_2_3"
 ACC_TABLE = f"{GROUPBY_DB}.accstate"
 # The cases this module relies on; more fixture cases may appear, each would cost seconds to attach.
-SQL_CASES = [c for c in ("sql_groupby_hashmap_1.20", "sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_1.20",
-                         "sql_groupby_rocksdb_2.3", "sql_join_2.3", "sql_window_2.3") if c in CASES]
+SQL_CASES = [
+    c
+    for c in (
+        "sql_groupby_hashmap_1.20",
+        "sql_groupby_hashmap_2.3",
+        "sql_groupby_rocksdb_1.20",
+        "sql_groupby_rocksdb_2.3",
+        "sql_join_2.3",
+        "sql_window_2.3",
+    )
+    if c in CASES
+]
 
 _shared: dict = {}
 
@@ -34,9 +44,15 @@ def attached_spark(tmp_path_factory):
 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         home = tmp_path_factory.mktemp("statecat_home")
-        spark = session(str(home), conf={"spark.sql.session.timeZone": "UTC", "spark.log.level": "ERROR",
-                                         "spark.ui.showConsoleProgress": "false",
-                                         "spark.sql.shuffle.partitions": "4"})
+        spark = session(
+            str(home),
+            conf={
+                "spark.sql.session.timeZone": "UTC",
+                "spark.log.level": "ERROR",
+                "spark.ui.showConsoleProgress": "false",
+                "spark.sql.shuffle.partitions": "4",
+            },
+        )
         result = attach(spark, [str(CASES_DIR / case) for case in SQL_CASES])
         assert result.failed == []
         _shared.update(spark=spark, home=home, attach_result=result)
@@ -92,14 +108,17 @@ def rows_of(spark_rows, columns):
 
 def reader_rows(table, columns, entries=()):
     """The reader's rows as rows_of gives Spark's; ``entries`` columns are maps read as map_entries."""
+
     def convert(column, value):
         if column in entries and value is not None:
             return [{"key": from_arrow(k), "value": from_arrow(v)} for k, v in value]
         return from_arrow(value)
+
     return sorted((tuple(_freeze(convert(c, r[c])) for c in columns) for r in table.to_pylist()), key=repr)
 
 
 # ----------------------------------------------------------------------------- naming (no Spark)
+
 
 def test_database_names_are_readable_stable_and_collision_free(tmp_path):
     from statecat.catalog.spark.discovery import readable_name, unique_name
@@ -114,8 +133,10 @@ def test_database_names_are_readable_stable_and_collision_free(tmp_path):
     assert readable_name("/sp/orders/savepoint-1a2b3c-4d5e6f7a8b9c") == "orders_savepoint_4d5e6f7a"
     job = "/ck/prod/flink/orders-enrichment/0f1e2d3c4b5a69788796a5b4c3d2e1f0/chk-12"
     assert readable_name(job, "/ck") == "flink_orders_enrichment_0f1e2d3c_chk_12"
-    assert readable_name("s3://b/team/prod/a-rather-long-pipeline-name/savepoint-1a2b3c-4d5e6f7a8b9c",
-                         "s3://b") == "a_rather_long_pipeline_name_savepoint_4d5e6f7a"
+    assert (
+        readable_name("s3://b/team/prod/a-rather-long-pipeline-name/savepoint-1a2b3c-4d5e6f7a8b9c", "s3://b")
+        == "a_rather_long_pipeline_name_savepoint_4d5e6f7a"
+    )
     assert readable_name("/x/2024/job", "/x") == "sp_2024_job"
     first = unique_name(path, GROUPBY_DB, set())
     other = unique_name("/elsewhere/savepoint", GROUPBY_DB, {first})
@@ -139,13 +160,15 @@ def test_sqlglot_finds_the_databases_a_query_names():
 
     databases, tables = referenced_databases(
         "WITH x AS (SELECT 1) SELECT * FROM a.t1 JOIN x ON TRUE WHERE k IN (SELECT k FROM B.t2); "
-        "SHOW TABLES IN c; USE d")
+        "SHOW TABLES IN c; USE d"
+    )
     assert databases == {"a", "b", "c", "d"}
     assert tables == {("a", "t1"), ("b", "t2")}
     assert split_statements("SELECT ';' ; SELECT 2;") == ["SELECT ';'", "SELECT 2"]
 
 
 # ----------------------------------------------------------------------------- pushdown planning (no Spark job)
+
 
 def test_key_filter_plans_and_reads_only_the_key_group():
     from pyspark.sql.datasource import EqualTo, In
@@ -227,6 +250,7 @@ def test_large_subtask_ranges_split_into_partitions_of_equal_bytes_at_key_group_
 
 # ----------------------------------------------------------------------------- attach
 
+
 @pytest.mark.spark
 def test_attach_registers_every_fixture_savepoint_as_a_database(spark):
     from statecat.catalog import attach
@@ -254,8 +278,9 @@ def test_state_meta_has_one_row_per_state_and_names_its_table(spark):
     for case in SQL_CASES:
         meta = load_state_meta(str(savepoint_dir(case)))
         rows = spark.table(f"{db_name(case)}.state_meta").collect()
-        assert sorted((r["operator_id"], r["state_name"], r["kind"]) for r in rows) == \
-            sorted((op.id, s.name, s.kind) for op, s in meta.states())
+        assert sorted((r["operator_id"], r["state_name"], r["kind"]) for r in rows) == sorted(
+            (op.id, s.name, s.kind) for op, s in meta.states()
+        )
         tables = {t.name for t in spark.catalog.listTables(db_name(case))}
         assert {r["table_name"] for r in rows} <= tables
         assert all(r["decode_status"] in ("full", "raw") for r in rows)
@@ -298,8 +323,13 @@ def _spark_reads_as_the_reader(spark, path: str) -> None:
 
     reader = SavepointReader(path)
     for op, state in reader.meta.states():
-        frame = (spark.read.format("flinkstate").option("path", path)
-                 .option("operator", op.id).option("state", state.name).load())
+        frame = (
+            spark.read.format("flinkstate")
+            .option("path", path)
+            .option("operator", op.id)
+            .option("state", state.name)
+            .load()
+        )
         try:
             expected = reader.table(state.name, op.id)
         except StatecatError:
@@ -320,8 +350,10 @@ def _spark_reads_as_the_reader(spark, path: str) -> None:
 def test_aggregates_equal_the_job_input(spark, case):
     state = next(s for op in load_expected(case)["operators"] for s in op["states"] if s["name"] == "accState")
     table = spark.sql(f"SELECT table_name FROM {db_name(case)}.state_meta WHERE state_name = 'accState'").first()[0]
-    got = {r["key"]: (r["f0"], r["f1"]) for r in spark.sql(
-        f"SELECT key, value.f0 AS f0, value.f1 AS f1 FROM {db_name(case)}.{table}").collect()}
+    got = {
+        r["key"]: (r["f0"], r["f1"])
+        for r in spark.sql(f"SELECT key, value.f0 AS f0, value.f1 AS f1 FROM {db_name(case)}.{table}").collect()
+    }
     assert got == {r["key"]: (r["value"]["f0"], r["value"]["f1"]) for r in state["rows"]}
 
 
@@ -330,12 +362,21 @@ def test_a_state_table_has_one_name_in_every_savepoint_of_the_job(spark):
     groupby = [c for c in SQL_CASES if c.startswith("sql_groupby")]  # Flink 1.20 and 2.3, heap and RocksDB
     assert len(groupby) >= 2
     for case in groupby:
-        expected = next(len(st["rows"]) for op in load_expected(case)["operators"] for st in op["states"]
-                        if st["name"] == "accState")
+        expected = next(
+            len(st["rows"])
+            for op in load_expected(case)["operators"]
+            for st in op["states"]
+            if st["name"] == "accState"
+        )
         assert spark.sql(f"SELECT count(*) FROM {db_name(case)}.accstate").first()[0] == expected, case
         tables = {r["table_name"] for r in spark.table(f"{db_name(case)}.state_meta").collect()}
-        assert tables == {"accstate", "coordinator", "sourcereaderstate", "timer_state_event_user_timers",
-                          "timer_state_processing_user_timers"}, case
+        assert tables == {
+            "accstate",
+            "coordinator",
+            "sourcereaderstate",
+            "timer_state_event_user_timers",
+            "timer_state_processing_user_timers",
+        }, case
 
 
 @pytest.mark.spark
@@ -344,8 +385,9 @@ def test_where_key_reads_one_key_group_and_equals_the_filtered_full_scan(spark):
     query = spark.sql(f"SELECT * FROM {ACC_TABLE} WHERE key = 'key_662'")
     assert full.rdd.getNumPartitions() == 2  # one per subtask (small state: no further split)
     assert query.rdd.getNumPartitions() == 1  # one key-group of one subtask
-    assert [r.asDict(recursive=True) for r in query.collect()] == \
-        [r.asDict(recursive=True) for r in full.collect() if r["key"] == "key_662"]
+    assert [r.asDict(recursive=True) for r in query.collect()] == [
+        r.asDict(recursive=True) for r in full.collect() if r["key"] == "key_662"
+    ]
     two = spark.sql(f"SELECT key FROM {ACC_TABLE} WHERE key IN ('key_662', 'key_1', 'no_such_key')")
     assert two.rdd.getNumPartitions() <= 3
     assert sorted(r["key"] for r in two.collect()) == ["key_1", "key_662"]
@@ -357,13 +399,23 @@ def test_where_key_reads_one_key_group_and_equals_the_filtered_full_scan(spark):
 def test_operator_table_spans_all_states_as_json(spark):
     import json
 
-    counts = {r["state_name"]: r["n"] for r in spark.sql(
-        "SELECT state_name, count(*) AS n FROM sql_window_2_3.windowaggregate GROUP BY state_name").collect()}
-    expected = {s["name"]: len(s["rows"]) for op in load_expected("sql_window_2.3")["operators"]
-                for s in op["states"] if s["rows"]}
+    counts = {
+        r["state_name"]: r["n"]
+        for r in spark.sql(
+            "SELECT state_name, count(*) AS n FROM sql_window_2_3.windowaggregate GROUP BY state_name"
+        ).collect()
+    }
+    expected = {
+        s["name"]: len(s["rows"])
+        for op in load_expected("sql_window_2.3")["operators"]
+        for s in op["states"]
+        if s["rows"]
+    }
     assert counts == expected
-    row = spark.sql("SELECT * FROM sql_window_2_3.windowaggregate "
-                    "WHERE state_name = 'window-aggs' AND key = '\"w_8\"' ORDER BY namespace LIMIT 1").collect()[0]
+    row = spark.sql(
+        "SELECT * FROM sql_window_2_3.windowaggregate "
+        "WHERE state_name = 'window-aggs' AND key = '\"w_8\"' ORDER BY namespace LIMIT 1"
+    ).collect()[0]
     assert json.loads(row["value"]) == {"f0": 3, "f1": 138} and json.loads(row["namespace"]) == 1704067560000
     pruned = spark.sql("SELECT * FROM sql_window_2_3.windowaggregate WHERE state_name = 'watermark'")
     assert pruned.rdd.getNumPartitions() == 2  # the union state's two subtasks only
@@ -407,6 +459,7 @@ def test_without_python_filter_pushdown_spark_names_the_setting(spark):
 
 # ----------------------------------------------------------------------------- lazy attach
 
+
 @pytest.mark.spark
 def test_lazy_attach_registers_only_and_a_query_materialises_what_it_names(spark, tmp_path):
     from statecat.catalog import attach, sql
@@ -426,20 +479,28 @@ def test_lazy_attach_registers_only_and_a_query_materialises_what_it_names(spark
 
 # ----------------------------------------------------------------------------- errors
 
+
 @pytest.mark.spark
 def test_unknown_savepoint_and_state_are_named_with_suggestions(spark):
     from statecat.catalog import sql
 
-    with pytest.raises(LookupFailedError, match=r"unknown savepoint database 'sql_groupby_hashmap_2_4'.*"
-                                                r"Did you mean 'sql_groupby_hashmap_2_3'"):
+    with pytest.raises(
+        LookupFailedError,
+        match=r"unknown savepoint database 'sql_groupby_hashmap_2_4'.*"
+        r"Did you mean 'sql_groupby_hashmap_2_3'",
+    ):
         sql(spark, "SELECT * FROM sql_groupby_hashmap_2_4.accstate")
-    with pytest.raises(LookupFailedError, match=r"unknown state table 'accstat' in savepoint "
-                                                r"database 'sql_groupby_hashmap_2_3' \(.*sql_groupby_hashmap_2.3/"
-                                                r"savepoint\).*Did you mean 'accstate'"):
+    with pytest.raises(
+        LookupFailedError,
+        match=r"unknown state table 'accstat' in savepoint "
+        r"database 'sql_groupby_hashmap_2_3' \(.*sql_groupby_hashmap_2.3/"
+        r"savepoint\).*Did you mean 'accstate'",
+    ):
         sql(spark, "SELECT * FROM sql_groupby_hashmap_2_3.accstat")
     with pytest.raises(Exception, match=r"unknown state 'nope' in savepoint .*sql_groupby_hashmap_2.3/savepoint"):
-        spark.read.format("flinkstate").option("path", str(savepoint_dir(GROUPBY_CASE))) \
-            .option("state", "nope").load().collect()
+        spark.read.format("flinkstate").option("path", str(savepoint_dir(GROUPBY_CASE))).option(
+            "state", "nope"
+        ).load().collect()
 
 
 def _copy_attached(spark, tmp_path, name):
@@ -467,8 +528,10 @@ def test_missing_state_file_at_query_time_names_savepoint_operator_and_state(spa
     from statecat.catalog.spark.errors import spark_error_message
 
     line = spark_error_message(info.value)  # what `statecat sql` prints
-    assert line.startswith(f"cannot read savepoint {savepoint}, operator GroupAggregate[3], state 'accState': "
-                           "state file referenced by _metadata is missing")
+    assert line.startswith(
+        f"cannot read savepoint {savepoint}, operator GroupAggregate[3], state 'accState': "
+        "state file referenced by _metadata is missing"
+    )
 
 
 @pytest.mark.spark
@@ -495,8 +558,13 @@ def test_table_whose_columns_no_longer_fit_the_state_is_a_clear_error(spark):
     path = str(savepoint_dir(GROUPBY_CASE))
     op, _ = load_state_meta(path).find_state("accState")
     ref = TableRef("state", path, op.id, "accState")
-    schema = StructType([StructField("key", StringType(), True, {REF_METADATA_KEY: ref.to_json()}),
-                         StructField("namespace", StringType()), StructField("value", LongType())])
+    schema = StructType(
+        [
+            StructField("key", StringType(), True, {REF_METADATA_KEY: ref.to_json()}),
+            StructField("namespace", StringType()),
+            StructField("value", LongType()),
+        ]
+    )
     spark.catalog.createTable(f"{GROUPBY_DB}.wrong_columns", source="flinkstate", schema=schema)
     try:
         with pytest.raises(Exception) as info:

@@ -24,10 +24,16 @@ from tests.test_sql_examples import EXAMPLES, check_largest_keys, example_sql, e
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 # Two savepoints of the GROUP BY job besides 2.3's, for the examples across savepoints (09, 10).
-CASES = ["sql_groupby_hashmap_2.3", "sql_window_2.3", "sql_join_2.3", "sql_groupby_hashmap_1.20",
-         "sql_groupby_rocksdb_2.3"]
-MAIN_QUERY = ("SELECT key, value.f0 AS count, value.f1 AS total "
-              "FROM sql_groupby_hashmap_2_3.accstate WHERE key = 'key_662'")
+CASES = [
+    "sql_groupby_hashmap_2.3",
+    "sql_window_2.3",
+    "sql_join_2.3",
+    "sql_groupby_hashmap_1.20",
+    "sql_groupby_rocksdb_2.3",
+]
+MAIN_QUERY = (
+    "SELECT key, value.f0 AS count, value.f1 AS total FROM sql_groupby_hashmap_2_3.accstate WHERE key = 'key_662'"
+)
 TIMEOUT = 300
 
 
@@ -40,8 +46,9 @@ def _env(home: Path) -> dict:
 def _statecat(*args, home: Path, cwd: Path):
     exe = BIN / "statecat"
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "statecat.catalog.cli"]
-    return subprocess.run(command + list(args), cwd=cwd, env=_env(home), capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    return subprocess.run(
+        command + list(args), cwd=cwd, env=_env(home), capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,31 +77,56 @@ def spark_sql_text(value) -> str:
 @pytest.mark.spark
 def test_spark_sql_lists_the_attached_databases_and_answers_every_example(home, tmp_path):
     script = tmp_path / "examples.sql"
-    script.write_text("SHOW DATABASES;\n" + "".join(example_sql(name).rstrip() + ";\n" for name in EXAMPLES)
-                      + "EXPLAIN SELECT count(*) FROM sql_groupby_hashmap_2_3.accstate;\n")
+    script.write_text(
+        "SHOW DATABASES;\n"
+        + "".join(example_sql(name).rstrip() + ";\n" for name in EXAMPLES)
+        + "EXPLAIN SELECT count(*) FROM sql_groupby_hashmap_2_3.accstate;\n"
+    )
     # Plain spark-sql, told only the home's Spark conf directory (the README's way).
     conf = _statecat("metastore", "conf", home=home, cwd=tmp_path)
     assert conf.returncode == 0, conf.stderr[-3000:]
     done = subprocess.run(
-        [str(BIN / "spark-sql"), "--master", "local[2]", "-S", "--conf", "spark.sql.session.timeZone=UTC",
-         "--conf", "spark.ui.enabled=false", "-f", str(script)],
-        cwd=tmp_path, env={**_env(home), "SPARK_CONF_DIR": conf.stdout.strip()}, capture_output=True, text=True,
-        timeout=TIMEOUT, check=False)
+        [
+            str(BIN / "spark-sql"),
+            "--master",
+            "local[2]",
+            "-S",
+            "--conf",
+            "spark.sql.session.timeZone=UTC",
+            "--conf",
+            "spark.ui.enabled=false",
+            "-f",
+            str(script),
+        ],
+        cwd=tmp_path,
+        env={**_env(home), "SPARK_CONF_DIR": conf.stdout.strip()},
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
-    databases = ["default", "sql_groupby_hashmap_1_20", "sql_groupby_hashmap_2_3", "sql_groupby_rocksdb_2_3",
-                 "sql_join_2_3", "sql_window_2_3", "statecat"]
-    assert lines[:len(databases)] == databases
+    databases = [
+        "default",
+        "sql_groupby_hashmap_1_20",
+        "sql_groupby_hashmap_2_3",
+        "sql_groupby_rocksdb_2_3",
+        "sql_join_2_3",
+        "sql_window_2_3",
+        "statecat",
+    ]
+    assert lines[: len(databases)] == databases
     position = len(databases)
     for name in EXAMPLES:
         expected = expected_rows(name)
         if name.startswith("06_"):
-            got = [tuple(line.split("\t")) for line in lines[position:position + 10]]
+            got = [tuple(line.split("\t")) for line in lines[position : position + 10]]
             check_largest_keys([(k, int(s), int(n), int(b)) for k, s, n, b in got], expected)
             position += 10
             continue
         want = ["\t".join(spark_sql_text(v) for v in row) for row in expected]
-        assert lines[position:position + len(want)] == want, name
+        assert lines[position : position + len(want)] == want, name
         position += len(want)
     # conf/ gives spark-sql statecat's extension too: state tables are scanned as columns.
     assert "statecat columnar scan" in "\n".join(lines[position:])
@@ -102,8 +134,7 @@ def test_spark_sql_lists_the_attached_databases_and_answers_every_example(home, 
 
 @pytest.mark.spark
 def test_readme_main_command_prints_the_key_662_aggregate(home, tmp_path):
-    done = _statecat("sql", "--attach", str(CASES_DIR / "sql_groupby_hashmap_2.3"), MAIN_QUERY,
-                     home=home, cwd=tmp_path)
+    done = _statecat("sql", "--attach", str(CASES_DIR / "sql_groupby_hashmap_2.3"), MAIN_QUERY, home=home, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines() == [
         "+---------+-------+-------+",
@@ -118,12 +149,12 @@ def test_readme_main_command_prints_the_key_662_aggregate(home, tmp_path):
 
 @pytest.mark.spark
 def test_statecat_sql_unknown_savepoint_is_a_one_line_error(home, tmp_path):
-    done = _statecat("sql", "SELECT * FROM sql_groupby_hashmap_2_4.accstate",
-                     home=home, cwd=tmp_path)
+    done = _statecat("sql", "SELECT * FROM sql_groupby_hashmap_2_4.accstate", home=home, cwd=tmp_path)
     assert done.returncode == 2
-    assert ("statecat: error: unknown savepoint database 'sql_groupby_hashmap_2_4'. "
-            "Did you mean 'sql_groupby_hashmap_2_3' or 'sql_groupby_hashmap_1_20' or 'sql_groupby_rocksdb_2_3'?") \
-        in done.stderr
+    assert (
+        "statecat: error: unknown savepoint database 'sql_groupby_hashmap_2_4'. "
+        "Did you mean 'sql_groupby_hashmap_2_3' or 'sql_groupby_hashmap_1_20' or 'sql_groupby_rocksdb_2_3'?"
+    ) in done.stderr
 
 
 def test_sql_output_formats():
@@ -136,11 +167,15 @@ def test_sql_output_formats():
     write(out, "json", columns, rows)
     assert [json.loads(line) for line in out.getvalue().splitlines()] == [
         {"key": "key_662", "value": {"f0": 1, "f1": 336}, "raw": {"hex": "01ff"}},
-        {"key": "k", "value": [[["a"], 2]], "raw": None}]
+        {"key": "k", "value": [[["a"], 2]], "raw": None},
+    ]
     out = io.StringIO()
     write(out, "csv", columns, rows)
-    assert out.getvalue().splitlines() == ['key,value,raw', 'key_662,"{""f0"": 1, ""f1"": 336}","{""hex"": ""01ff""}"',
-                                           'k,"[[[""a""], 2]]",']
+    assert out.getvalue().splitlines() == [
+        "key,value,raw",
+        'key_662,"{""f0"": 1, ""f1"": 336}","{""hex"": ""01ff""}"',
+        'k,"[[[""a""], 2]]",',
+    ]
 
 
 def test_repo_stays_clean_of_spark_scratch():

@@ -56,17 +56,17 @@ def probe_state_bytes(case) -> dict[tuple[str, str], tuple[int | None, int, int]
                 data = handle.stream.read(directory)
                 starts = sorted(o for o in handle.offsets if o > 0)
                 for start, end in zip(starts, starts[1:] + [len(data)]):
-                    state_id, = struct.unpack_from(">H", data, start)
+                    (state_id,) = struct.unpack_from(">H", data, start)
                     run, pos = start, start + 2
                     while True:
-                        key_length, = struct.unpack_from(">i", data, pos)
-                        value_length, = struct.unpack_from(">i", data, pos + 4 + key_length)
+                        (key_length,) = struct.unpack_from(">i", data, pos)
+                        (value_length,) = struct.unpack_from(">i", data, pos + 4 + key_length)
                         metadata_follows = data[pos + 4] & 0x80
                         pos += 8 + key_length + value_length
                         sizes[names[state_id]][0] += 1
                         if metadata_follows:  # the run ends: the next state's id or 0xFFFF follows
                             sizes[names[state_id]][1] += pos - run
-                            state_id, = struct.unpack_from(">H", data, pos)
+                            (state_id,) = struct.unpack_from(">H", data, pos)
                             run, pos = pos, pos + 2
                             if state_id == 0xFFFF:
                                 break
@@ -78,15 +78,21 @@ def probe_state_bytes(case) -> dict[tuple[str, str], tuple[int | None, int, int]
                     if offsets:
                         first = min(offsets)
                         # BROADCAST (mode 2): one element, an i32 entry count then the entries.
-                        sizes[name][0] += (struct.unpack_from(">i", handle.stream.read(directory), first)[0]
-                                           if mode == BROADCAST_MODE else len(offsets))
+                        sizes[name][0] += (
+                            struct.unpack_from(">i", handle.stream.read(directory), first)[0]
+                            if mode == BROADCAST_MODE
+                            else len(offsets)
+                        )
                         sizes[name][1] += min((o for o in firsts if o > first), default=data_size) - first
         for name, (entries, size) in sizes.items():
             out[(label, name)] = (entries, size, total)
         if op.coordinator is not None:
             coordinator = op.coordinator
-            out[(label, "_coordinator")] = (None, len(coordinator.inline) if coordinator.inline is not None
-                                            else coordinator.size, total)
+            out[(label, "_coordinator")] = (
+                None,
+                len(coordinator.inline) if coordinator.inline is not None else coordinator.size,
+                total,
+            )
     return out
 
 
@@ -103,6 +109,7 @@ def _expected_entries(state: dict, parallelism: int) -> int:
 
 # ----------------------------------------------------------------------------- sizes (no Spark)
 
+
 @pytest.mark.parametrize("case", CASES)
 def test_state_bytes_add_up_to_the_streams_less_headers_and_end_markers(case):
     from statecat.readers.state_bytes import savepoint_bytes
@@ -118,7 +125,8 @@ def test_state_bytes_add_up_to_the_streams_less_headers_and_end_markers(case):
             # Each SST file holds one state's column family: the states' bytes are the SST files'
             # (from _metadata's file list), everything else of the instances is framing.
             assert sum(size.states[s.name].bytes for s in op.states if s.is_keyed) == sum(
-                f.stream.size for handle in native for f in handle.sst_files), op.label
+                f.stream.size for handle in native for f in handle.sst_files
+            ), op.label
             continue
         for state in op.states:
             for loc in state.locations:
@@ -130,8 +138,10 @@ def test_state_bytes_add_up_to_the_streams_less_headers_and_end_markers(case):
                     operator_streams.setdefault((loc.subtask, loc.stream), []).extend(loc.offsets)
         # Computed from _metadata alone: stream sizes, where the first key-group / element starts,
         # and how many key-groups hold data.
-        keyed_total = sum(loc.stream.size - min((o for o in loc.offsets if o > 0), default=loc.stream.size)
-                          for loc in keyed_streams.values())
+        keyed_total = sum(
+            loc.stream.size - min((o for o in loc.offsets if o > 0), default=loc.stream.size)
+            for loc in keyed_streams.values()
+        )
         markers = sum(END_MARKER * sum(1 for o in loc.offsets if o > 0) for loc in keyed_streams.values())
         keyed_bytes = sum(size.states[s.name].bytes or 0 for s in op.states if s.is_keyed)
         if any(loc.compressed for loc in keyed_streams.values()):
@@ -140,10 +150,13 @@ def test_state_bytes_add_up_to_the_streams_less_headers_and_end_markers(case):
             assert keyed_bytes > keyed_total - 4 * markers
         else:
             assert keyed_bytes == keyed_total - markers, op.label
-        operator_total = sum(stream.size - min(offsets, default=stream.size)
-                             for (_, stream), offsets in operator_streams.items())
-        assert sum(size.states[s.name].bytes for s in op.states if not s.is_keyed and s.kind != "coordinator") \
-            == operator_total, op.label
+        operator_total = sum(
+            stream.size - min(offsets, default=stream.size) for (_, stream), offsets in operator_streams.items()
+        )
+        assert (
+            sum(size.states[s.name].bytes for s in op.states if not s.is_keyed and s.kind != "coordinator")
+            == operator_total
+        ), op.label
         if op.coordinator_bytes:
             assert size.states["_coordinator"].bytes == op.coordinator_bytes
         for state in op.states:  # a state with entries takes bytes, one without takes none
@@ -158,7 +171,8 @@ def _plain_savepoint(case) -> bool:
     """Uncompressed, canonical and fully readable: what the probe walks."""
     meta = _meta(case)
     return not any(op.unsupported for op in meta.operators) and all(
-        _measured(s) and not getattr(loc, "compressed", False) for _, s in meta.states() for loc in s.locations)
+        _measured(s) and not getattr(loc, "compressed", False) for _, s in meta.states() for loc in s.locations
+    )
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if _plain_savepoint(c)])
@@ -200,11 +214,20 @@ def test_unreadable_handles_are_counted_apart():
         handle = subtask.managed_keyed
         if not isinstance(handle, NativeRocksDBHandle):
             return subtask
-        return dataclasses.replace(subtask, managed_keyed=UnsupportedKeyedHandle(
-            "changelog", handle.start_key_group, handle.num_key_groups, handle.size, "changelog handle"))
+        return dataclasses.replace(
+            subtask,
+            managed_keyed=UnsupportedKeyedHandle(
+                "changelog", handle.start_key_group, handle.num_key_groups, handle.size, "changelog handle"
+            ),
+        )
 
-    metadata = dataclasses.replace(real.metadata, operators=tuple(
-        dataclasses.replace(op, subtasks=tuple(unreadable(s) for s in op.subtasks)) for op in real.metadata.operators))
+    metadata = dataclasses.replace(
+        real.metadata,
+        operators=tuple(
+            dataclasses.replace(op, subtasks=tuple(unreadable(s) for s in op.subtasks))
+            for op in real.metadata.operators
+        ),
+    )
     meta = StateMeta(real.storage, metadata, tuple(_operator_meta(real.storage, op) for op in metadata.operators))
     sizes = savepoint_bytes(meta)
     unsupported = [op for op in meta.operators if op.unsupported]
@@ -226,8 +249,10 @@ def test_entries_are_what_the_jobs_input_implies(case):
         op = find_operator(meta, expected_op)
         if not _measured(op.state(state["name"])):
             continue
-        assert sizes[op.id].states[state["name"]].entries == _expected_entries(state, op.parallelism), \
-            (op.label, state["name"])
+        assert sizes[op.id].states[state["name"]].entries == _expected_entries(state, op.parallelism), (
+            op.label,
+            state["name"],
+        )
         checked += 1
     assert checked or any(not _measured(s) for op in meta.operators for s in op.states)
 
@@ -254,8 +279,9 @@ def test_key_group_sizes_sum_to_the_state_sizes():
         totals[group.state][0] += group.entries
         totals[group.state][1] += group.bytes
     sizes = operator_bytes(meta, op)
-    assert {name: (s.entries, s.bytes) for name, s in sizes.states.items() if s.entries} == \
-        {name: tuple(t) for name, t in totals.items()}
+    assert {name: (s.entries, s.bytes) for name, s in sizes.states.items() if s.entries} == {
+        name: tuple(t) for name, t in totals.items()
+    }
 
 
 def test_a_damaged_key_group_is_a_clear_error(tmp_path):
@@ -273,7 +299,7 @@ def test_a_damaged_key_group_is_a_clear_error(tmp_path):
     start = sorted(o for o in loc.offsets if o > 0)[3]
     path = loc.stream.path
     data = bytearray(open(path, "rb").read())
-    data[start + 2:start + 6] = b"\x7f\xff\xff\xff"  # the first entry's key length runs past the key-group
+    data[start + 2 : start + 6] = b"\x7f\xff\xff\xff"  # the first entry's key length runs past the key-group
     open(path, "wb").write(bytes(data))
     with pytest.raises(FormatError) as err:
         savepoint_bytes(meta)
@@ -307,8 +333,15 @@ def spark(tmp_path_factory):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     home = tmp_path_factory.mktemp("statecat_views_home")
-    spark = session(str(home), conf={"spark.sql.session.timeZone": "UTC", "spark.log.level": "ERROR",
-                                     "spark.ui.showConsoleProgress": "false", "spark.sql.shuffle.partitions": "2"})
+    spark = session(
+        str(home),
+        conf={
+            "spark.sql.session.timeZone": "UTC",
+            "spark.log.level": "ERROR",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+        },
+    )
     result = attach(spark, [str(CASES_DIR / case) for case in FIRST_CASES])
     assert result.failed == []
     return spark
@@ -322,20 +355,24 @@ def _expected_state_rows(cases):
     """(database, operator, state, entries, bytes) of every state of the cases, measured by the probe."""
     rows = []
     for case in cases:
-        rows += [(_db(case), label, name, entries, size)
-                 for (label, name), (entries, size, _) in probe_state_bytes(case).items()]
+        rows += [
+            (_db(case), label, name, entries, size)
+            for (label, name), (entries, size, _) in probe_state_bytes(case).items()
+        ]
     return sorted(rows, key=repr)
 
 
 @pytest.mark.spark
 def test_state_meta_sizes_add_up_and_match_the_input(spark):
-    rows = spark.sql("SELECT operator_id, state_name, kind, entries, bytes, operator_bytes "
-                     "FROM sql_window_2_3.state_meta").collect()
+    rows = spark.sql(
+        "SELECT operator_id, state_name, kind, entries, bytes, operator_bytes FROM sql_window_2_3.state_meta"
+    ).collect()
     by_state = {r["state_name"]: r for r in rows}
     expected = {s["name"]: s for _, s in iter_states(load_expected("sql_window_2.3"))}
     assert by_state["window-aggs"]["entries"] == len(expected["window-aggs"]["rows"]) > 0
-    assert by_state["_timer_state/event_window-timers"]["entries"] == \
-        len(expected["_timer_state/event_window-timers"]["rows"])
+    assert by_state["_timer_state/event_window-timers"]["entries"] == len(
+        expected["_timer_state/event_window-timers"]["rows"]
+    )
     for operator_id in {r["operator_id"] for r in rows}:
         mine = [r for r in rows if r["operator_id"] == operator_id]
         total = {r["operator_bytes"] for r in mine}
@@ -346,8 +383,11 @@ def test_state_meta_sizes_add_up_and_match_the_input(spark):
 @pytest.mark.spark
 def test_every_column_has_a_description(spark):
     for table in ("sql_groupby_hashmap_2_3.state_meta", "statecat.states", "statecat.operators"):
-        described = {r["col_name"]: r["comment"] for r in spark.sql(f"DESCRIBE TABLE {table}").collect()
-                     if r["col_name"] and not r["col_name"].startswith("#")}
+        described = {
+            r["col_name"]: r["comment"]
+            for r in spark.sql(f"DESCRIBE TABLE {table}").collect()
+            if r["col_name"] and not r["col_name"].startswith("#")
+        }
         assert described and all(described.values()), (table, [c for c, v in described.items() if not v])
     bytes_comment = spark.sql("DESCRIBE TABLE statecat.states").where("col_name = 'operator_bytes'").first()
     assert "do not sum" in bytes_comment["comment"]
@@ -358,8 +398,10 @@ def test_catalog_wide_states_follow_attach_and_detach(spark):
     from statecat.catalog import attach, sql
     from statecat.catalog.spark.catalog_views import refresh_catalog_views
 
-    query = ("SELECT database, operator, state_name, entries, bytes FROM statecat.states "
-             "ORDER BY database, operator, state_name")
+    query = (
+        "SELECT database, operator, state_name, entries, bytes FROM statecat.states "
+        "ORDER BY database, operator, state_name"
+    )
     got = [tuple(r) for r in sql(spark, query).collect()]
     assert sorted(got, key=repr) == _expected_state_rows(FIRST_CASES)
 
@@ -396,10 +438,12 @@ def test_catalog_wide_states_follow_attach_and_detach(spark):
 def test_catalog_wide_operators_add_up(spark):
     from statecat.readers.state_bytes import savepoint_bytes
 
-    rows = spark.sql("SELECT o.database, o.operator_id, o.states, o.state_bytes, o.framing_bytes, "
-                     "o.unattributed_bytes, o.operator_bytes, s.bytes "
-                     "FROM statecat.operators o LEFT JOIN (SELECT database, operator_id, sum(bytes) AS bytes "
-                     "FROM statecat.states GROUP BY database, operator_id) s USING (database, operator_id)").collect()
+    rows = spark.sql(
+        "SELECT o.database, o.operator_id, o.states, o.state_bytes, o.framing_bytes, "
+        "o.unattributed_bytes, o.operator_bytes, s.bytes "
+        "FROM statecat.operators o LEFT JOIN (SELECT database, operator_id, sum(bytes) AS bytes "
+        "FROM statecat.states GROUP BY database, operator_id) s USING (database, operator_id)"
+    ).collect()
     assert rows
     registered = {r[0]: r[1] for r in spark.sql("SELECT database, path FROM statecat.savepoints").collect()}
     for r in rows:
@@ -413,7 +457,6 @@ def test_catalog_wide_operators_add_up(spark):
         assert set(mine) == {op.id for op in meta.operators}  # one row per operator, stateless ones too
         sizes = savepoint_bytes(meta)
         assert all(mine[i]["operator_bytes"] == sizes[i].operator_bytes for i in mine)
-
 
 
 @pytest.mark.spark
@@ -432,6 +475,7 @@ def test_a_vanished_savepoint_is_named_with_the_way_out(spark, tmp_path):
     message = str(err.value)
     assert "StatecatQueryError" in message and database in message and f"statecat detach {database}" in message
     # Savepoints still there answer when the vanished one is filtered out (pushed down: never opened).
-    assert spark.sql("SELECT count(*) FROM statecat.operators WHERE database = 'sql_window_2_3'").first()[0] == \
-        len(_meta("sql_window_2.3").operators)
+    assert spark.sql("SELECT count(*) FROM statecat.operators WHERE database = 'sql_window_2_3'").first()[0] == len(
+        _meta("sql_window_2.3").operators
+    )
     detach(spark, database)

@@ -16,8 +16,9 @@ JOIN = "sql_join_2.3"
 
 
 def statecat(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _expected_row(case: str, state: str, key: str) -> dict:
@@ -36,7 +37,9 @@ def test_read_csv_and_table_formats_and_limit():
     as_csv = statecat("read", str(savepoint_dir(EXAMPLE)), "--state", "accState", "--limit", "5", "--format", "csv")
     rows = list(csv.reader(io.StringIO(as_csv.stdout)))
     assert rows[0] == ["key", "namespace", "value"] and len(rows) == 6
-    table = statecat("read", str(savepoint_dir(EXAMPLE)), "--state", "accState", "--key", "key_662", "--format", "table")
+    table = statecat(
+        "read", str(savepoint_dir(EXAMPLE)), "--state", "accState", "--key", "key_662", "--format", "table"
+    )
     assert "key_662" in table.stdout and table.stdout.rstrip().endswith("1 row")
 
 
@@ -55,8 +58,9 @@ def test_state_name_in_several_operators_lists_the_candidates():
     for op in meta.operators:
         if any(s.name == "SourceReaderState" for s in op.states):
             assert op.id in result.stderr
-    by_operator = statecat("read", str(savepoint_dir(JOIN)), "--state", "SourceReaderState",
-                           "--operator", "Source: a[1]")
+    by_operator = statecat(
+        "read", str(savepoint_dir(JOIN)), "--state", "SourceReaderState", "--operator", "Source: a[1]"
+    )
     assert by_operator.returncode == 0, by_operator.stderr
 
 
@@ -69,7 +73,9 @@ def test_inspect_text_shows_kinds_and_types():
     result = statecat("inspect", str(savepoint_dir("datastream_thread_2.3")))
     assert result.returncode == 0, result.stderr
     assert "operator keyed-fn" in result.stdout
-    assert "per_tag  (keyed MAP)  key ROW<f0 STRING>, namespace VOID_NAMESPACE, value MAP<STRING, LONG>" in result.stdout
+    assert (
+        "per_tag  (keyed MAP)  key ROW<f0 STRING>, namespace VOID_NAMESPACE, value MAP<STRING, LONG>" in result.stdout
+    )
 
 
 def test_inspect_json_is_machine_readable():

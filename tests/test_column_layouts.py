@@ -38,8 +38,9 @@ def test_layout_is_read_column_wise_without_falling_back(case, state, monkeypatc
     assert found
     per_record = []
     original = KeyedStateScanner._decode_key_group
-    monkeypatch.setattr(KeyedStateScanner, "_decode_key_group",
-                        lambda self, *a, **k: per_record.append(1) or original(self, *a, **k))
+    monkeypatch.setattr(
+        KeyedStateScanner, "_decode_key_group", lambda self, *a, **k: per_record.append(1) or original(self, *a, **k)
+    )
     rows = 0
     for op, info in found:
         scanner = KeyedStateScanner(meta, op, info)

@@ -62,10 +62,12 @@ def test_every_state_of_every_fixture_reads_row_wise_as_the_reader_decodes_it(ro
 
 @pytest.mark.spark
 def test_nested_columns_are_pruned_in_the_worker_and_answers_match_the_row_wise_source(spark):
-    queries = [f"SELECT value.f1 FROM {ACC_TABLE}",
-               f"SELECT count(*), sum(value.f0), max(length(key)) FROM {ACC_TABLE}",
-               f"SELECT key FROM {ACC_TABLE} WHERE value.f1 > 0",
-               f"SELECT count(*) FROM {ACC_TABLE}"]
+    queries = [
+        f"SELECT value.f1 FROM {ACC_TABLE}",
+        f"SELECT count(*), sum(value.f0), max(length(key)) FROM {ACC_TABLE}",
+        f"SELECT key FROM {ACC_TABLE} WHERE value.f1 > 0",
+        f"SELECT count(*) FROM {ACC_TABLE}",
+    ]
     columnar = {q: sorted(map(tuple, spark.sql(q).collect())) for q in queries}
     plan = plan_of(spark.sql(queries[0]))
     assert "value#" in plan and "key#" not in plan.split("BatchScan")[1].split("]")[0], plan
@@ -138,6 +140,7 @@ def test_a_table_naming_an_unknown_state_fails_when_the_scan_is_planned(spark):
 
 # ----------------------------------------------------------------------------- the worker protocol (no Spark)
 
+
 def _request(*parts) -> io.BufferedReader:
     data = b"".join(struct.pack(">i", p) if isinstance(p, int) else struct.pack(">i", len(p)) + p for p in parts)
     return io.BufferedReader(io.BytesIO(data))
@@ -151,15 +154,18 @@ def _reply_error(request) -> str:
         main(request, out)
     status, length = struct.unpack(">ii", out.getvalue()[:8])
     assert status == STATUS_ERROR
-    return out.getvalue()[8:8 + length].decode()
+    return out.getvalue()[8 : 8 + length].decode()
 
 
-@pytest.mark.parametrize("request_bytes, expected", [
-    ((7,), "expected request 1 or 2, got 7"),
-    ((2, struct.pack(">i", -5)), "expected a blob length within 0..268435456, got -5"),
-    ((2, struct.pack(">i", 1 << 30)), "expected a blob length within 0..268435456, got 1073741824"),
-    ((2, struct.pack(">i", 100) + b"short"), "expected 100 bytes from the JVM, got 5"),
-])
+@pytest.mark.parametrize(
+    "request_bytes, expected",
+    [
+        ((7,), "expected request 1 or 2, got 7"),
+        ((2, struct.pack(">i", -5)), "expected a blob length within 0..268435456, got -5"),
+        ((2, struct.pack(">i", 1 << 30)), "expected a blob length within 0..268435456, got 1073741824"),
+        ((2, struct.pack(">i", 100) + b"short"), "expected 100 bytes from the JVM, got 5"),
+    ],
+)
 def test_malformed_requests_get_an_error_reply_not_a_hang(request_bytes, expected):
     data = b"".join(struct.pack(">i", p) if isinstance(p, int) else p for p in request_bytes)
     assert expected in _reply_error(io.BufferedReader(io.BytesIO(data)))
@@ -185,6 +191,7 @@ def test_a_closed_socket_ends_the_worker_quietly():
 
 
 # ----------------------------------------------------------------------------- the jar (no Spark)
+
 
 def test_without_a_jdk_sessions_go_without_the_extension(monkeypatch, tmp_path, caplog):
     from statecat.catalog.spark import extension

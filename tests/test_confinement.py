@@ -57,10 +57,10 @@ def _relative_handles(metadata: bytes) -> list[tuple[int, str, int]]:
     found = []
     at = metadata.find(b"\x06")
     while at != -1:
-        n = int.from_bytes(metadata[at + 1:at + 3], "big")
-        name = metadata[at + 3:at + 3 + n]
+        n = int.from_bytes(metadata[at + 1 : at + 3], "big")
+        name = metadata[at + 3 : at + 3 + n]
         if n == 36 and name.count(b"-") == 4 and all(c in b"0123456789abcdef-" for c in name):
-            size = struct.unpack(">q", metadata[at + 3 + n:at + 11 + n])[0]
+            size = struct.unpack(">q", metadata[at + 3 + n : at + 11 + n])[0]
             found.append((at, name.decode(), size))
         at = metadata.find(b"\x06", at + 1)
     return found
@@ -72,7 +72,7 @@ def _as_absolute_handle(savepoint: Path, index: int, uri: str) -> str:
     at, name, size = _relative_handles(metadata)[index]
     encoded = uri.encode()
     absolute = b"\x02" + struct.pack(">q", size) + len(encoded).to_bytes(2, "big") + encoded
-    (savepoint / "_metadata").write_bytes(metadata[:at] + absolute + metadata[at + 3 + len(name) + 8:])
+    (savepoint / "_metadata").write_bytes(metadata[:at] + absolute + metadata[at + 3 + len(name) + 8 :])
     return name
 
 
@@ -227,8 +227,7 @@ def test_edited_state_info_cannot_redirect_a_handle(case, tmp_path, monkeypatch)
     with pytest.raises(StateFileError, match=ALLOWED_ROOTS_ENV):
         read_keyed_header(meta.storage, location.stream, list(location.offsets))
     with pytest.raises(StateFileError, match="outside the snapshot's directory"):
-        check_state_rows(case, *next((op, s) for op, s in iter_states(load_expected(case))
-                                     if s["name"] == KEYED_STATE))
+        check_state_rows(case, *next((op, s) for op, s in iter_states(load_expected(case)) if s["name"] == KEYED_STATE))
 
     monkeypatch.setenv(ALLOWED_ROOTS_ENV, str(outside))
     _check_keyed_rows(case)
@@ -245,8 +244,12 @@ def test_state_info_relative_path_cannot_climb_out(case):
         read_state_info(savepoint=str(savepoint))
     # load_state_meta ignores the damaged document and derives from _metadata
     meta = load_state_meta(savepoint)
-    assert all("etc/passwd" not in loc.stream.path for _, s in meta.states() for loc in s.locations
-               if hasattr(loc.stream, "path"))
+    assert all(
+        "etc/passwd" not in loc.stream.path
+        for _, s in meta.states()
+        for loc in s.locations
+        if hasattr(loc.stream, "path")
+    )
 
 
 def _checkpoint_layout(tmp_path: Path, case: Path) -> tuple[Path, Path, str]:
@@ -299,8 +302,12 @@ def test_non_regular_state_file_is_refused_without_blocking(case, make):
     else:
         (savepoint / name).mkdir()
     # A child process, so a regression (open() of a FIFO waits for a writer) fails the test instead of hanging it.
-    child = subprocess.run([sys.executable, "-m", "statecat.catalog.cli", "inspect", str(savepoint)],
-                           capture_output=True, text=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", "inspect", str(savepoint)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert child.returncode == 2, child.stderr
     assert "not a regular file" in child.stderr and name in child.stderr
     assert "Traceback" not in child.stderr
@@ -317,8 +324,12 @@ def test_device_under_an_allowed_root_is_still_refused(case):
 
 def test_fifo_metadata_is_not_a_savepoint(tmp_path):
     os.mkfifo(tmp_path / "_metadata")
-    child = subprocess.run([sys.executable, "-m", "statecat.catalog.cli", "inspect", str(tmp_path / "_metadata")],
-                           capture_output=True, text=True, timeout=120)
+    child = subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", "inspect", str(tmp_path / "_metadata")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert child.returncode == 2 and "not a savepoint" in child.stderr, child.stderr
 
 
@@ -330,7 +341,11 @@ def test_allowed_roots_from_keyword_and_environment_are_combined(case, tmp_path,
 
 def test_environment_roots_keep_uris_whole():
     assert split_roots(os.pathsep.join(["/data/a", "s3://bucket/x", "file:/data/b", "", "gs://b/y"])) == (
-        "/data/a", "s3://bucket/x", "file:/data/b", "gs://b/y")
+        "/data/a",
+        "s3://bucket/x",
+        "file:/data/b",
+        "gs://b/y",
+    )
 
 
 def test_allow_roots_for_process_reaches_later_opens(case, tmp_path, monkeypatch):
@@ -354,8 +369,17 @@ def test_cli_refuses_a_handle_outside_and_reads_it_with_allow_root(case, tmp_pat
     name = _relative_handles((savepoint / "_metadata").read_bytes())[0][1]
     shutil.move(savepoint / name, elsewhere / name)
     _as_absolute_handle(savepoint, 0, f"file:{elsewhere / name}")
-    command = [sys.executable, "-m", "statecat.catalog.cli", "read", str(savepoint), "--state", KEYED_STATE,
-               "--format", "jsonl"]
+    command = [
+        sys.executable,
+        "-m",
+        "statecat.catalog.cli",
+        "read",
+        str(savepoint),
+        "--state",
+        KEYED_STATE,
+        "--format",
+        "jsonl",
+    ]
     refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr.count("\n") == 1 and "--allow-root" in refused.stderr, refused.stderr
@@ -363,6 +387,7 @@ def test_cli_refuses_a_handle_outside_and_reads_it_with_allow_root(case, tmp_pat
     assert allowed.returncode == 0, allowed.stderr
     rows = [json.loads(line) for line in allowed.stdout.splitlines()]
     expected = next(state for _, state in iter_states(load_expected(case)) if state["name"] == KEYED_STATE)
+
     def by_key(items):
         return sorted(items, key=lambda row: row["key"])
 

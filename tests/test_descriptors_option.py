@@ -109,8 +109,10 @@ def test_diff_unpickles_thread_mode_pickles_in_python_too():
 
 def test_diff_with_descriptors(store, tmp_path, capsys):
     copy, descriptors = store
-    assert cli_main(["diff", str(copy), str(copy), "--descriptors", str(descriptors), "--format", "jsonl",
-                     "--summary"]) == 0
+    assert (
+        cli_main(["diff", str(copy), str(copy), "--descriptors", str(descriptors), "--format", "jsonl", "--summary"])
+        == 0
+    )
     summary = {e["state"]: e for e in map(json.loads, capsys.readouterr().out.splitlines())}
     for name in ("total_amount", "items", "per_tag", "last", "info"):
         assert summary[name]["status"] == "compared", summary[name]
@@ -147,15 +149,23 @@ def test_sql_attach_with_descriptors_reads_declared_tables(store, tmp_path):
     """`statecat sql --attach ROOT --descriptors FILE "QUERY"`: the tables Spark's workers read apply the file."""
     copy, descriptors = store
     home = tmp_path / "home"
-    query = ("SELECT t.key, t.value AS total, p.value AS per_tag, l.value AS last "
-             "FROM declared_job.total_amount t JOIN declared_job.per_tag p ON t.key = p.key "
-             "JOIN declared_job.last l ON t.key = l.key")
+    query = (
+        "SELECT t.key, t.value AS total, p.value AS per_tag, l.value AS last "
+        "FROM declared_job.total_amount t JOIN declared_job.per_tag p ON t.key = p.key "
+        "JOIN declared_job.last l ON t.key = l.key"
+    )
     exe = BIN / "statecat"
     command = [str(exe)] if exe.exists() else [sys.executable, "-m", "statecat.catalog.cli"]
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "STATECAT_HOME": str(home)}
-    done = subprocess.run(command + ["sql", "--attach", str(copy), "--descriptors", str(descriptors), "--format",
-                                     "json", query], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    done = subprocess.run(
+        command + ["sql", "--attach", str(copy), "--descriptors", str(descriptors), "--format", "json", query],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     expected = _expected()

@@ -23,9 +23,11 @@ from tests.fixtures.expected import iter_states, load_expected, savepoint_dir
 pytestmark = pytest.mark.spark
 
 CASE = "sql_groupby_hashmap_2.3"
-OLD_COLUMNS = ("`database` STRING, path STRING, checkpoint_id BIGINT, time TIMESTAMP, size_bytes BIGINT, "
-               "flink_version STRING, metadata_version INT, checkpoint_type STRING, savepoint_format STRING, "
-               "operators INT, attached_at TIMESTAMP")
+OLD_COLUMNS = (
+    "`database` STRING, path STRING, checkpoint_id BIGINT, time TIMESTAMP, size_bytes BIGINT, "
+    "flink_version STRING, metadata_version INT, checkpoint_type STRING, savepoint_format STRING, "
+    "operators INT, attached_at TIMESTAMP"
+)
 LEGACY_TIME = dt.datetime(2025, 1, 2, 3, 4, 5)
 
 
@@ -36,8 +38,11 @@ def _copy(dest: Path) -> Path:
 
 
 def _tree_digest(directory: Path) -> dict[str, str]:
-    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(directory.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _expected_acc() -> list[tuple]:
@@ -53,13 +58,22 @@ def env(tmp_path_factory):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = tmp_path_factory.mktemp("detach")
     home = base / "home"
-    spark = session(str(home), conf={"spark.sql.session.timeZone": "UTC", "spark.ui.showConsoleProgress": "false",
-                                     "spark.sql.shuffle.partitions": "2"}, quiet=True)
+    spark = session(
+        str(home),
+        conf={
+            "spark.sql.session.timeZone": "UTC",
+            "spark.ui.showConsoleProgress": "false",
+            "spark.sql.shuffle.partitions": "2",
+        },
+        quiet=True,
+    )
     legacy = _copy(base / "legacy" / "savepoint")
     spark.sql("CREATE DATABASE IF NOT EXISTS statecat")
     spark.sql(f"CREATE TABLE statecat.savepoints ({OLD_COLUMNS}) USING parquet")
-    spark.sql(f"INSERT INTO statecat.savepoints VALUES ('legacy', '{legacy}', 1, TIMESTAMP'{LEGACY_TIME}', 1, "
-              "'2.x', 6, 'Savepoint', 'CANONICAL', 4, current_timestamp())")
+    spark.sql(
+        f"INSERT INTO statecat.savepoints VALUES ('legacy', '{legacy}', 1, TIMESTAMP'{LEGACY_TIME}', 1, "
+        "'2.x', 6, 'Savepoint', 'CANONICAL', 4, current_timestamp())"
+    )
     return {"spark": spark, "home": str(home), "base": base, "legacy": legacy}
 
 
@@ -91,8 +105,10 @@ def _refs(env, database: str) -> set[str]:
     from statecat.catalog.spark.tables import ref_from_schema
 
     spark = env["spark"]
-    return {ref_from_schema(spark.table(f"`{database}`.`{t.name}`").schema).savepoint
-            for t in spark.catalog.listTables(database)}
+    return {
+        ref_from_schema(spark.table(f"`{database}`.`{t.name}`").schema).savepoint
+        for t in spark.catalog.listTables(database)
+    }
 
 
 def _property(env, database: str) -> str:
@@ -116,8 +132,9 @@ def test_an_older_registry_is_migrated_once_and_every_column_has_a_comment(env):
     assert row["metadata_sha256"] == hashlib.sha256((env["legacy"] / "_metadata").read_bytes()).hexdigest()
     location = spark.sql("DESCRIBE TABLE EXTENDED statecat.savepoints").where("col_name = 'Location'").first()[1]
     ensure_registry(spark)  # again: nothing to do, nothing rewritten
-    assert spark.sql("DESCRIBE TABLE EXTENDED statecat.savepoints").where("col_name = 'Location'").first()[1] \
-        == location
+    assert (
+        spark.sql("DESCRIBE TABLE EXTENDED statecat.savepoints").where("col_name = 'Location'").first()[1] == location
+    )
     assert _rows(env)["legacy"] == row
 
 
@@ -206,8 +223,10 @@ def test_a_query_on_a_deleted_savepoint_is_one_line_naming_relocate_and_detach(e
     sp = _copy(env["base"] / "deleted" / "savepoint")
     database = _attach(env, sp)
     shutil.rmtree(sp)
-    want = (f"savepoint attached from {sp} is missing. If it moved, run `statecat relocate {sp} NEW`; "
-            f"to drop its database, `statecat detach {database}`")
+    want = (
+        f"savepoint attached from {sp} is missing. If it moved, run `statecat relocate {sp} NEW`; "
+        f"to drop its database, `statecat detach {database}`"
+    )
     assert _cli(env, "sql", f"SELECT * FROM {database}.accstate WHERE key = 'key_1'") == 2
     err = capsys.readouterr().err
     assert err == f"statecat: error: {want}\n"

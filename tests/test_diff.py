@@ -25,8 +25,9 @@ KEYED_KINDS = ("keyed", "timer")
 
 
 def statecat(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _id(value) -> str:
@@ -45,8 +46,9 @@ def _sorted_pairs(value):
 def expected_changes(case_a: str, case_b: str) -> dict[tuple[str, str], dict[str, set]]:
     """(operator id, state) -> {added, removed, changed, unchanged}: sets of (key, namespace) ids, from the
     expected contents alone. Timers have no value of their own: (key, namespace, time) is the identity."""
-    return expected_changes_between((savepoint_dir(case_a), load_expected(case_a)),
-                                    (savepoint_dir(case_b), load_expected(case_b)))
+    return expected_changes_between(
+        (savepoint_dir(case_a), load_expected(case_a)), (savepoint_dir(case_b), load_expected(case_b))
+    )
 
 
 def expected_changes_between(side_a: tuple, side_b: tuple) -> dict[tuple[str, str], dict[str, set]]:
@@ -62,17 +64,21 @@ def expected_changes_between(side_a: tuple, side_b: tuple) -> dict[tuple[str, st
                     op = find_operator(meta, expected_op)
                     rows = {}
                     for r in state["rows"]:
-                        ident = (_id(r["key"]), _id(r["namespace"])) + ((_id(r["value"]),) if state["kind"] == "timer"
-                                                                          else ())
+                        ident = (_id(r["key"]), _id(r["namespace"])) + (
+                            (_id(r["value"]),) if state["kind"] == "timer" else ()
+                        )
                         rows[ident] = _id(r["value"])
                     states[(op.id, state["name"])] = rows
         sides.append(states)
     old_states, new_states = sides
     for name in old_states.keys() & new_states.keys():
         old, new = old_states[name], new_states[name]
-        out[name] = {ADDED: new.keys() - old.keys(), REMOVED: old.keys() - new.keys(),
-                     CHANGED: {k for k in old.keys() & new.keys() if old[k] != new[k]},
-                     "unchanged": {k for k in old.keys() & new.keys() if old[k] == new[k]}}
+        out[name] = {
+            ADDED: new.keys() - old.keys(),
+            REMOVED: old.keys() - new.keys(),
+            CHANGED: {k for k in old.keys() & new.keys() if old[k] != new[k]},
+            "unchanged": {k for k in old.keys() & new.keys() if old[k] == new[k]},
+        }
     return out
 
 
@@ -92,12 +98,12 @@ def got_changes(diff) -> dict[tuple[str, str], dict[str, set]]:
 
 # Pairs of fixtures of one job: other seeds (so other keys and values), Flink versions, backends.
 PAIRS = [
-    ("sql_groupby_hashmap_2.3", "sql_groupby_compressed_2.3"),   # same 2000 keys, other values; snappy
-    ("sql_groupby_rocksdb_1.15", "sql_groupby_hashmap_2.3"),     # 1200 -> 2000 keys; Flink 1.15 -> 2.3
-    ("sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_2.3"),     # 300 keys each; 1.20 heap -> 2.3 RocksDB
+    ("sql_groupby_hashmap_2.3", "sql_groupby_compressed_2.3"),  # same 2000 keys, other values; snappy
+    ("sql_groupby_rocksdb_1.15", "sql_groupby_hashmap_2.3"),  # 1200 -> 2000 keys; Flink 1.15 -> 2.3
+    ("sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_2.3"),  # 300 keys each; 1.20 heap -> 2.3 RocksDB
     ("sql_groupby_hashmap_2.0", "sql_groupby_hashmap_1.15"),
     ("sql_groupby_compressed_2.3", "sql_groupby_hashmap_1.20"),  # 2000 -> 300 keys: 1700 removed
-    ("datastream_thread_1.20", "datastream_thread_2.3"),         # every state kind, timers, maps, lists
+    ("datastream_thread_1.20", "datastream_thread_2.3"),  # every state kind, timers, maps, lists
 ]
 
 
@@ -122,8 +128,9 @@ def test_changed_rows_carry_old_and_new_values():
     case_a, case_b = "sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_2.3"
     old = {r["key"]: r["value"] for r in _rows(case_a, "accState")}
     new = {r["key"]: r["value"] for r in _rows(case_b, "accState")}
-    changes = list(diff_savepoints(str(savepoint_dir(case_a)), str(savepoint_dir(case_b)),
-                                   states=["accState"]).changes())
+    changes = list(
+        diff_savepoints(str(savepoint_dir(case_a)), str(savepoint_dir(case_b)), states=["accState"]).changes()
+    )
     assert changes and all(c.change == CHANGED for c in changes)
     for change in changes:
         assert canonical(change.old) == old[change.key] and canonical(change.new) == new[change.key]
@@ -154,8 +161,9 @@ def test_same_savepoint_in_two_places_has_no_changes(tmp_path):
     summary = diff.summary()
     assert all(e.status == COMPARED for e in summary)
     # Every keyed entry and timer, and the coordinator's one blob (its rows are null: not derivable).
-    assert sum(e.unchanged for e in summary) == sum(1 if s["rows"] is None else len(s["rows"])
-                                                    for op in load_expected(case)["operators"] for s in op["states"])
+    assert sum(e.unchanged for e in summary) == sum(
+        1 if s["rows"] is None else len(s["rows"]) for op in load_expected(case)["operators"] for s in op["states"]
+    )
 
 
 def test_diff_holds_one_key_group_per_side(monkeypatch):
@@ -168,8 +176,11 @@ def test_diff_holds_one_key_group_per_side(monkeypatch):
             yield item
 
     monkeypatch.setattr(KeyedStateScanner, "_key_groups", counting)
-    changes = diff_savepoints(str(savepoint_dir("sql_groupby_hashmap_2.3")),
-                              str(savepoint_dir("sql_groupby_compressed_2.3")), states=["accState"]).changes()
+    changes = diff_savepoints(
+        str(savepoint_dir("sql_groupby_hashmap_2.3")),
+        str(savepoint_dir("sql_groupby_compressed_2.3")),
+        states=["accState"],
+    ).changes()
     first = next(changes)
     assert len(reads) <= 4  # each side's current key-group and the next one, nothing more
     groups = [first.key_group] + [c.key_group for c in changes]
@@ -177,6 +188,7 @@ def test_diff_holds_one_key_group_per_side(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- rescaled jobs
+
 
 def rescaled(meta: StateMeta) -> StateMeta:
     """The same state bytes laid out as a job of twice the parallelism (same max parallelism): each
@@ -196,13 +208,22 @@ def rescaled(meta: StateMeta) -> StateMeta:
                 half = len(loc.offsets) // 2
                 # The head ends where the tail's first non-empty key-group starts.
                 cut = next(o for o in loc.offsets[half:] if o)
-                head_stream = (dataclasses.replace(loc.stream, length=cut) if isinstance(loc.stream, InlineStream)
-                               else dataclasses.replace(loc.stream, size=cut))
-                locations.append(dataclasses.replace(loc, subtask=2 * loc.subtask, stream=head_stream,
-                                                     offsets=loc.offsets[:half]))
-                locations.append(dataclasses.replace(loc, subtask=2 * loc.subtask + 1,
-                                                     start_key_group=loc.start_key_group + half,
-                                                     offsets=loc.offsets[half:]))
+                head_stream = (
+                    dataclasses.replace(loc.stream, length=cut)
+                    if isinstance(loc.stream, InlineStream)
+                    else dataclasses.replace(loc.stream, size=cut)
+                )
+                locations.append(
+                    dataclasses.replace(loc, subtask=2 * loc.subtask, stream=head_stream, offsets=loc.offsets[:half])
+                )
+                locations.append(
+                    dataclasses.replace(
+                        loc,
+                        subtask=2 * loc.subtask + 1,
+                        start_key_group=loc.start_key_group + half,
+                        offsets=loc.offsets[half:],
+                    )
+                )
             states.append(dataclasses.replace(state, locations=tuple(locations)))
         operators.append(dataclasses.replace(op, parallelism=2 * op.parallelism, states=tuple(states)))
     return dataclasses.replace(meta, operators=tuple(operators))
@@ -216,8 +237,10 @@ def test_rescaled_job_same_state_has_no_changes(case):
     assert keyed and all(len(s.locations) == 2 * op.parallelism // 2 for op, s in keyed)
     # The re-laid-out savepoint reads the same rows (a check of the test's own layout).
     name = keyed[0][1].name
-    assert (SavepointReader(wider).table(name, keyed[0][0].id).to_pylist()
-            == SavepointReader(meta).table(name, keyed[0][0].id).to_pylist())
+    assert (
+        SavepointReader(wider).table(name, keyed[0][0].id).to_pylist()
+        == SavepointReader(meta).table(name, keyed[0][0].id).to_pylist()
+    )
     diff = diff_savepoints(meta, wider)
     assert list(diff.changes()) == []
     assert all(e.status == COMPARED for e in diff.summary())
@@ -229,10 +252,13 @@ def test_rescaled_job_diff_equals_the_expected_changes():
     diff = diff_savepoints(rescaled(load_state_meta(savepoint_dir(case_a))), str(savepoint_dir(case_b)))
     got, want = got_changes(diff), expected_changes(case_a, case_b)
     for name, changes in want.items():
-        assert {k: got[name][k] for k in (ADDED, REMOVED, CHANGED)} == {k: changes[k] for k in (ADDED, REMOVED, CHANGED)}
+        assert {k: got[name][k] for k in (ADDED, REMOVED, CHANGED)} == {
+            k: changes[k] for k in (ADDED, REMOVED, CHANGED)
+        }
 
 
 # ----------------------------------------------------------------------------- what cannot be compared
+
 
 def test_other_max_parallelism_and_changed_kind_are_reasons_not_errors():
     # Both joins keep left-records and right-records, in other layouts and max parallelism 256 vs 128.
@@ -245,27 +271,33 @@ def test_other_max_parallelism_and_changed_kind_are_reasons_not_errors():
 
 
 def test_changed_type_is_a_reason():
-    diff = diff_savepoints(str(savepoint_dir("sql_groupby_hashmap_2.3")), str(savepoint_dir("sql_types_2.3")),
-                           states=["accState"])
+    diff = diff_savepoints(
+        str(savepoint_dir("sql_groupby_hashmap_2.3")), str(savepoint_dir("sql_types_2.3")), states=["accState"]
+    )
     [entry] = [e for e in diff.summary() if e.a and e.b]
     assert entry.status == NOT_COMPARED
     assert entry.reason.startswith("the type changed: key ROW<STRING> -> ROW<STRING, INTEGER>")
 
 
 def test_state_in_one_savepoint_only():
-    diff = diff_savepoints(str(savepoint_dir("sql_groupby_hashmap_2.3")), str(savepoint_dir("sql_types_2.3")),
-                           states=["agg0$map"])
+    diff = diff_savepoints(
+        str(savepoint_dir("sql_groupby_hashmap_2.3")), str(savepoint_dir("sql_types_2.3")), states=["agg0$map"]
+    )
     [entry] = diff.summary()
     assert entry.status == "only in B" and entry.b is not None
 
 
 def test_unknown_state_on_both_sides_is_an_error():
     with pytest.raises(LookupFailedError, match="unknown state"):
-        diff_savepoints(str(savepoint_dir("sql_groupby_hashmap_2.3")), str(savepoint_dir("sql_groupby_rocksdb_2.3")),
-                        states=["accStat"])
+        diff_savepoints(
+            str(savepoint_dir("sql_groupby_hashmap_2.3")),
+            str(savepoint_dir("sql_groupby_rocksdb_2.3")),
+            states=["accStat"],
+        )
 
 
 # ----------------------------------------------------------------------------- CLI
+
 
 def test_cli_diff_jsonl_and_table():
     a, b = str(savepoint_dir("sql_groupby_hashmap_1.20")), str(savepoint_dir("sql_groupby_rocksdb_2.3"))
@@ -286,17 +318,28 @@ def test_cli_diff_jsonl_and_table():
 
 
 def test_cli_diff_reason_rows_in_csv():
-    result = statecat("diff", str(savepoint_dir("sql_join_2.3")), str(savepoint_dir("sql_types_2.3")),
-                      "--format", "csv", "--state", "left-records")
+    result = statecat(
+        "diff",
+        str(savepoint_dir("sql_join_2.3")),
+        str(savepoint_dir("sql_types_2.3")),
+        "--format",
+        "csv",
+        "--state",
+        "left-records",
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "operator,state,change,key,namespace,old,new,reason"
     assert len(lines) == 2 and "not compared" in lines[1] and "max parallelism changed" in lines[1]
 
 
-@pytest.mark.parametrize("args", [("/no/such/a", str(savepoint_dir("sql_join_2.3"))),
-                                  (str(savepoint_dir("sql_join_2.3")), str(savepoint_dir("sql_join_2.3")),
-                                   "--state", "nope")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("/no/such/a", str(savepoint_dir("sql_join_2.3"))),
+        (str(savepoint_dir("sql_join_2.3")), str(savepoint_dir("sql_join_2.3")), "--state", "nope"),
+    ],
+)
 def test_cli_diff_errors_are_one_line_exit_2(args):
     result = statecat("diff", *args)
     assert result.returncode == 2

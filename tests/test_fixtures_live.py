@@ -5,6 +5,7 @@ ground truth.
 Hook for reader tests: the session fixture `regenerated_case(case)` returns the directory of the
 fresh case (generated once per session), laid out like tests/fixtures/cases/<case>/.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -31,6 +32,7 @@ def regenerated_case():
         if case not in done:
             done[case] = generate.generate_case(case, out)
         return done[case]
+
     yield get
     shutil.rmtree(out, ignore_errors=True)
 
@@ -70,6 +72,9 @@ def test_statecat_reads_the_fresh_savepoint(case, regenerated_case):
 
 def _without_checkpoint_ids(expected: dict) -> dict:
     if expected.get("flink_version", "").startswith("1.15") and "phases" in expected:
-        expected = {**expected, "params": {k: v for k, v in expected["params"].items() if k != "checkpoint_ids"},
-                    "phases": [{k: v for k, v in p.items() if k != "checkpoint"} for p in expected["phases"]]}
+        expected = {
+            **expected,
+            "params": {k: v for k, v in expected["params"].items() if k != "checkpoint_ids"},
+            "phases": [{k: v for k, v in p.items() if k != "checkpoint"} for p in expected["phases"]],
+        }
     return expected

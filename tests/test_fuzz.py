@@ -33,8 +33,14 @@ def test_harness_tells_crash_hang_memory_and_exception_apart():
     cases = [Case(SELF_TEST, "-", 0, kind) for kind in ("segv", "hang", "memory", "raise")]
     cases += [Case(fixture, METADATA, 0, BASELINE), Case(fixture, METADATA, 0, "truncate")]
     report = run_cases(cases, workers=2, timeout=3.0)
-    assert [r.outcome for r in report.results] == ["crash", "hang", "memory", "exception", "unchanged",
-                                                   "statecat_error"]
+    assert [r.outcome for r in report.results] == [
+        "crash",
+        "hang",
+        "memory",
+        "exception",
+        "unchanged",
+        "statecat_error",
+    ]
     assert report.results[0].error_type == "SIGSEGV"
     assert report.results[3].error_type == "IndexError"
     assert report.results[3].source.startswith("tests/fuzz/worker.py:")  # where it was raised, for the report

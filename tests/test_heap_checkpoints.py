@@ -26,8 +26,9 @@ from statecat.statemeta.storage import open_storage
 from tests.acceptance import canonical, check_state_rows, find_operator
 from tests.fixtures.expected import CASES, case_dir, iter_states, load_expected, savepoint_dir
 
-CHECKPOINT_CASES = [c for c in CASES if load_expected(c)["savepoint_format"] is None
-                    and load_expected(c)["backend"] == "hashmap"]
+CHECKPOINT_CASES = [
+    c for c in CASES if load_expected(c)["savepoint_format"] is None and load_expected(c)["backend"] == "hashmap"
+]
 GROUPBY_CASE = "sql_groupby_checkpoint_hashmap_2.3"
 
 
@@ -54,8 +55,14 @@ def test_checkpoint_keyed_state_is_read_not_refused(case):
     assert expected and all(st["rows"] is not None for _, st in expected)
 
 
-@pytest.mark.parametrize("case,operator,state", [
-    pytest.param(case, op, st, id=f"{case}:{st['name']}") for case in CHECKPOINT_CASES for op, st in _keyed_states(case)])
+@pytest.mark.parametrize(
+    "case,operator,state",
+    [
+        pytest.param(case, op, st, id=f"{case}:{st['name']}")
+        for case in CHECKPOINT_CASES
+        for op, st in _keyed_states(case)
+    ],
+)
 def test_every_keyed_state_decodes_to_expected(case, operator, state):
     check_state_rows(case_dir(case), operator, state)
 
@@ -66,8 +73,13 @@ def test_state_info_keeps_the_layout(case):
     storage = open_storage(str(savepoint_dir(case)))
     meta = load_state_meta(storage, use_state_info=False)
     doc = to_state_info(meta)
-    layouts = {loc.get("layout") for op in doc["operators"] for st in op["states"] for loc in st["locations"]
-               if loc.get("handle") == "managed_keyed"}
+    layouts = {
+        loc.get("layout")
+        for op in doc["operators"]
+        for st in op["states"]
+        for loc in st["locations"]
+        if loc.get("handle") == "managed_keyed"
+    }
     assert layouts == {"heap_checkpoint"}
     again = from_state_info(doc, storage)
     for op, st in meta.states():
@@ -99,34 +111,44 @@ def test_tag_12_handles_in_the_savepoint_layout_stay_canonical():
 
 # --------------------------------------------------------------------------- key pruning
 
+
 def _expected_rows(case, state_name):
     return next(st["rows"] for _, st in iter_states(load_expected(case)) if st["name"] == state_name)
 
 
-@pytest.mark.parametrize("case,state_name,key", [
-    (GROUPBY_CASE, "accState", "key_662"),
-    ("datastream_checkpoint_thread_2.3", "per_tag", None),
-    ("datastream_checkpoint_thread_2.3", "_timer_state/event_user-timers", None),
-])
+@pytest.mark.parametrize(
+    "case,state_name,key",
+    [
+        (GROUPBY_CASE, "accState", "key_662"),
+        ("datastream_checkpoint_thread_2.3", "per_tag", None),
+        ("datastream_checkpoint_thread_2.3", "_timer_state/event_user-timers", None),
+    ],
+)
 def test_key_reads_one_key_group(case, state_name, key):
     expected = _expected_rows(case, state_name)
     key = key if key is not None else expected[len(expected) // 2]["key"]
     reader = SavepointReader(savepoint_dir(case))
     op, info = reader.find(state_name)
-    rows = [{name: canonical(v) for name, v in row.items()}
-            for row in reader.table(state_name, op.id, keys=[key]).to_pylist()]
+    rows = [
+        {name: canonical(v) for name, v in row.items()}
+        for row in reader.table(state_name, op.id, keys=[key]).to_pylist()
+    ]
     want = [r for r in expected if r["key"] == key]
     assert want and [r["key"] for r in rows] == [key] * len(want)
-    assert sorted(json.dumps(r["value"], sort_keys=True) for r in rows) == \
-        sorted(json.dumps(r["value"], sort_keys=True) for r in want)
+    assert sorted(json.dumps(r["value"], sort_keys=True) for r in rows) == sorted(
+        json.dumps(r["value"], sort_keys=True) for r in want
+    )
     stats = reader.last_stats
     assert stats.key_groups == 1
     total = sum(loc.stream.size for loc in info.locations)
     assert stats.bytes_read < total / 20
     # only the subtask whose range holds the key-group Flink assigns the key to was read
     key_group = key_group_for(key, info.key, op.max_parallelism)
-    owners = {loc.subtask for loc in info.locations
-              if loc.start_key_group <= key_group < loc.start_key_group + len(loc.offsets)}
+    owners = {
+        loc.subtask
+        for loc in info.locations
+        if loc.start_key_group <= key_group < loc.start_key_group + len(loc.offsets)
+    }
     assert len(owners) == 1 and stats.subtasks == owners
 
 
@@ -136,12 +158,16 @@ def test_key_view_finds_every_state_of_a_key():
     key = _expected_rows(case, "count")[0]["key"]
     view = SavepointReader(savepoint_dir(case)).key(key)
     got = {row.state for row in view.rows}
-    want = {st["name"] for _, st in iter_states(expected)
-            if st["kind"] in ("keyed", "timer") and any(r["key"] == key for r in st["rows"])}
+    want = {
+        st["name"]
+        for _, st in iter_states(expected)
+        if st["kind"] in ("keyed", "timer") and any(r["key"] == key for r in st["rows"])
+    }
     assert want <= got and {"count", "items", "per_tag"} <= got
 
 
 # --------------------------------------------------------------------------- damage
+
 
 def _copy_case(case, tmp_path) -> Path:
     target = tmp_path / case
@@ -150,24 +176,36 @@ def _copy_case(case, tmp_path) -> Path:
 
 
 def _keyed_handles(storage):
-    return [(op, sub.managed_keyed) for op in read_metadata(storage).operators for sub in op.subtasks
-            if isinstance(sub.managed_keyed, KeyGroupsHandle)]
+    return [
+        (op, sub.managed_keyed)
+        for op in read_metadata(storage).operators
+        for sub in op.subtasks
+        if isinstance(sub.managed_keyed, KeyGroupsHandle)
+    ]
 
 
 def _with_stream(meta: StateMeta, old, new, **changes) -> StateMeta:
     """The StateMeta with every keyed location on stream ``old`` moved to ``new``."""
+
     def location(loc):
         return dataclasses.replace(loc, stream=new, **changes) if loc.stream == old else loc
 
-    ops = tuple(dataclasses.replace(op, states=tuple(dataclasses.replace(st, locations=tuple(
-        location(loc) for loc in st.locations)) for st in op.states)) for op in meta.operators)
+    ops = tuple(
+        dataclasses.replace(
+            op,
+            states=tuple(
+                dataclasses.replace(st, locations=tuple(location(loc) for loc in st.locations)) for st in op.states
+            ),
+        )
+        for op in meta.operators
+    )
     return dataclasses.replace(meta, operators=ops)
 
 
 def _stream_bytes(storage, handle) -> bytes:
     assert isinstance(handle.stream, InlineStream)
     data = Path(storage.metadata_path).read_bytes()
-    return data[handle.stream.offset:handle.stream.offset + handle.stream.length]
+    return data[handle.stream.offset : handle.stream.offset + handle.stream.length]
 
 
 def test_wrong_entry_count_names_metadata_file_and_offset(tmp_path):
@@ -185,7 +223,7 @@ def test_wrong_entry_count_names_metadata_file_and_offset(tmp_path):
             break
     count_at = handle.stream.offset + offset + 6  # in _metadata
     raw = bytearray(Path(storage.metadata_path).read_bytes())
-    raw[count_at:count_at + 4] = struct.pack(">i", 1_000_000)
+    raw[count_at : count_at + 4] = struct.pack(">i", 1_000_000)
     Path(storage.metadata_path).write_bytes(bytes(raw))
     reader = SavepointReader(load_state_meta(sp, use_state_info=False))
     with pytest.raises(FormatError) as err:
@@ -223,7 +261,7 @@ def test_key_group_with_another_id_is_refused(tmp_path):
     meta, handle, new, path, data = _file_backed(tmp_path)
     at = handle.offsets[5]
     damaged = bytearray(data)
-    damaged[at:at + 4] = struct.pack(">i", handle.start_key_group + 77)
+    damaged[at : at + 4] = struct.pack(">i", handle.start_key_group + 77)
     path.write_bytes(bytes(damaged))
     with pytest.raises(FormatError) as err:
         SavepointReader(_with_stream(meta, handle.stream, new)).table("accState")
@@ -238,13 +276,16 @@ def test_cut_entry_inside_a_key_group_is_reported_at_the_entry(tmp_path):
     acc_id = [s.name for s in header.states].index("accState")
     ends = list(handle.offsets[1:]) + [len(data)]
     # a key-group whose first section is accState with entries
-    i = next(j for j, o in enumerate(handle.offsets)
-             if struct.unpack_from(">Hi", data, o + 4) == (acc_id, struct.unpack_from(">i", data, o + 6)[0])
-             and struct.unpack_from(">i", data, o + 6)[0] > 0)
+    i = next(
+        j
+        for j, o in enumerate(handle.offsets)
+        if struct.unpack_from(">Hi", data, o + 4) == (acc_id, struct.unpack_from(">i", data, o + 6)[0])
+        and struct.unpack_from(">i", data, o + 6)[0] > 0
+    )
     entry_at = handle.offsets[i] + 10
     kept = entry_at + 5  # the namespace byte and the key row's length, then nothing
     removed = ends[i] - kept
-    damaged = data[:kept] + data[ends[i]:]
+    damaged = data[:kept] + data[ends[i] :]
     path.write_bytes(damaged)
     offsets = tuple(o if j <= i else o - removed for j, o in enumerate(handle.offsets))
     new = dataclasses.replace(new, size=len(damaged))
@@ -256,6 +297,7 @@ def test_cut_entry_inside_a_key_group_is_reported_at_the_entry(tmp_path):
 
 
 # --------------------------------------------------------------------------- compression
+
 
 def _sections(stream: bytes, offsets, end: int, state_count: int):
     """The GROUP BY checkpoint's key-groups split into (id bytes, [state sections]) by this test's own
@@ -276,7 +318,7 @@ def _sections(stream: bytes, offsets, end: int, state_count: int):
                     pos += 4 + struct.unpack_from(">i", stream, pos)[0]
             sections.append(stream[begin:pos])
         assert pos == stop
-        out.append((stream[start:start + 4], sections))
+        out.append((stream[start : start + 4], sections))
     return out
 
 
@@ -286,7 +328,7 @@ def test_compressed_sections_decode_like_plain_ones(tmp_path):
     meta, handle, new, path, data = _file_backed(tmp_path)
     storage = meta.storage
     header = read_keyed_header(storage, handle.stream, list(handle.offsets))
-    header_bytes = data[:handle.offsets[0]]
+    header_bytes = data[: handle.offsets[0]]
     body, offsets = bytearray(header_bytes), []
     for kg_id, sections in _sections(data, handle.offsets, len(data), len(header.states)):
         offsets.append(len(body))
@@ -316,8 +358,10 @@ def test_unframed_undecodable_state_is_unsupported_not_misread():
 
     acc = op.state("accState")
     blind = dataclasses.replace(acc, value=TypeDescriptor.raw("SomeKryoSerializer", "Kryo bytes"))
-    ops = tuple(dataclasses.replace(o, states=tuple(blind if s is acc else s for s in o.states))
-                if o is op else o for o in meta.operators)
+    ops = tuple(
+        dataclasses.replace(o, states=tuple(blind if s is acc else s for s in o.states)) if o is op else o
+        for o in meta.operators
+    )
     with pytest.raises(UnsupportedError) as err:
         SavepointReader(dataclasses.replace(meta, operators=ops)).table("accState", op.id)
     assert "not length-framed" in err.value.message
@@ -332,7 +376,7 @@ def test_ttl_wrapped_values_decode_to_the_user_value(tmp_path):
     meta, handle, new, path, data = _file_backed(tmp_path)
     header = read_keyed_header(meta.storage, handle.stream, list(handle.offsets))
     acc_id = [s.name for s in header.states].index("accState")
-    body, offsets = bytearray(data[:handle.offsets[0]]), []
+    body, offsets = bytearray(data[: handle.offsets[0]]), []
     for kg_id, sections in _sections(data, handle.offsets, len(data), len(header.states)):
         offsets.append(len(body))
         body += kg_id
@@ -353,8 +397,12 @@ def test_ttl_wrapped_values_decode_to_the_user_value(tmp_path):
     moved = _with_stream(meta, handle.stream, new, offsets=tuple(offsets))
     ops = []
     for op in moved.operators:
-        states = tuple(dataclasses.replace(st, value=TypeDescriptor.of("ttl", [("value", st.value)]))
-                       if st.name == "accState" else st for st in op.states)
+        states = tuple(
+            dataclasses.replace(st, value=TypeDescriptor.of("ttl", [("value", st.value)]))
+            if st.name == "accState"
+            else st
+            for st in op.states
+        )
         ops.append(dataclasses.replace(op, states=states))
     ttl_meta = dataclasses.replace(moved, operators=tuple(ops))
     plain = SavepointReader(meta).table("accState", subtasks={0}).to_pylist()
@@ -372,11 +420,20 @@ def test_file_merging_checkpoint_reads_in_place(tmp_path, monkeypatch):
     taskowned/ (absolute handles, so the checkpoint is read where Flink wrote it, not committed)."""
     from tests.fixtures import generate
 
-    spec = generate._case("sql_groupby", "2.3.0", "hashmap", files=False, inline=False, snapshot="checkpoint",
-                          params={"keys": 300, "key_start": 500, "seed": 19},
-                          conf={"execution.checkpointing.file-merging.enabled": "true",
-                                # small streams too become segments instead of inline bytes
-                                "execution.checkpointing.data-inline-threshold": "1kb"})
+    spec = generate._case(
+        "sql_groupby",
+        "2.3.0",
+        "hashmap",
+        files=False,
+        inline=False,
+        snapshot="checkpoint",
+        params={"keys": 300, "key_start": 500, "seed": 19},
+        conf={
+            "execution.checkpointing.file-merging.enabled": "true",
+            # small streams too become segments instead of inline bytes
+            "execution.checkpointing.data-inline-threshold": "1kb",
+        },
+    )
     monkeypatch.setitem(generate.CASES, FILE_MERGING_CASE, spec)
     kind = generate.KINDS["sql_groupby"]
     p = {"parallelism": 2, "max_parallelism": 128, **kind.defaults, **spec["params"]}
@@ -385,8 +442,22 @@ def test_file_merging_checkpoint_reads_in_place(tmp_path, monkeypatch):
     args = kind.write_input(p, case / "input")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    args += ["--work", str(scratch / "work"), "--result", str(scratch / "result.json"), "--backend", "hashmap",
-             "--parallelism", "2", "--max-parallelism", "128", "--timeout", "300", "--snapshot", "checkpoint"]
+    args += [
+        "--work",
+        str(scratch / "work"),
+        "--result",
+        str(scratch / "result.json"),
+        "--backend",
+        "hashmap",
+        "--parallelism",
+        "2",
+        "--max-parallelism",
+        "128",
+        "--timeout",
+        "300",
+        "--snapshot",
+        "checkpoint",
+    ]
     for k, v in spec["conf"].items():
         args += ["--conf", f"{k}={v}"]
     generate._run_job(generate.ensure_runtime(spec), "sql_groupby", args, scratch, timeout=900)
@@ -394,8 +465,12 @@ def test_file_merging_checkpoint_reads_in_place(tmp_path, monkeypatch):
     expected = generate.build_expected(FILE_MERGING_CASE, case, p)
 
     meta = load_state_meta(chk, use_state_info=False)
-    kinds = {sub.managed_keyed.stream.kind for op in meta.metadata.operators for sub in op.subtasks
-             if isinstance(sub.managed_keyed, KeyGroupsHandle)}
+    kinds = {
+        sub.managed_keyed.stream.kind
+        for op in meta.metadata.operators
+        for sub in op.subtasks
+        if isinstance(sub.managed_keyed, KeyGroupsHandle)
+    }
     assert kinds == {"segment"}
     reader = SavepointReader(meta)
     for op_expected, state in iter_states(expected):
@@ -403,8 +478,11 @@ def test_file_merging_checkpoint_reads_in_place(tmp_path, monkeypatch):
         assert not op.unsupported
         rows = [{n: canonical(v) for n, v in r.items()} for r in reader.table(state["name"], op.id).to_pylist()]
         if state["rows"] is None:
-            blob = b"".join(bytes.fromhex(r["value"].get("raw", r["value"])["hex"]) for r in rows
-                            if isinstance(r.get("value"), dict))  # decoded enumerators keep value.raw
+            blob = b"".join(
+                bytes.fromhex(r["value"].get("raw", r["value"])["hex"])
+                for r in rows
+                if isinstance(r.get("value"), dict)
+            )  # decoded enumerators keep value.raw
             assert all(text.encode() in blob for text in state["raw_contains"])
         else:
             key = lambda r: json.dumps({c: r.get(c) for c in ("key", "namespace", "value")}, sort_keys=True)  # noqa: E731

@@ -23,8 +23,9 @@ GROUPBY = "sql_groupby_hashmap_2.3"
 
 
 def statecat(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def _key_id(key) -> str:
@@ -69,7 +70,8 @@ def assert_view_matches(case: str, key) -> None:
     got: dict[tuple[str, str], list[dict]] = {}
     for row in view.rows:
         got.setdefault((row.operator_id, row.state), []).append(
-            {"key": canonical(row.key), "namespace": canonical(row.namespace), "value": canonical(row.value)})
+            {"key": canonical(row.key), "namespace": canonical(row.namespace), "value": canonical(row.value)}
+        )
     assert set(got) == set(want), f"{case} key {key!r}: states {sorted(got)} != expected {sorted(want)}"
     states = {s["name"]: s for _, s in iter_states(load_expected(case))}
     for (op_id, name), rows in got.items():
@@ -79,14 +81,17 @@ def assert_view_matches(case: str, key) -> None:
             # PyFlink coder bytes without descriptors: the entries are there, their values are bytes.
             assert len(rows) == len(expected_rows), (case, name)
             continue
-        if states[name].get("declared_type") and all(isinstance(r["value"], dict) and set(r["value"]) == {"hex"}
-                                                     for r in rows):
+        if states[name].get("declared_type") and all(
+            isinstance(r["value"], dict) and set(r["value"]) == {"hex"} for r in rows
+        ):
             rows = [{**r, "value": _json_of_pickle(bytes.fromhex(r["value"]["hex"]))} for r in rows]
         columns = ["namespace", "value"]
         assert _comparable(rows, columns) == _comparable(expected_rows, columns), (case, name, key)
 
 
-KEYED_CASES = [c for c in CASES if any(s["kind"] in KEYED_KINDS and s["rows"] for _, s in iter_states(load_expected(c)))]
+KEYED_CASES = [
+    c for c in CASES if any(s["kind"] in KEYED_KINDS and s["rows"] for _, s in iter_states(load_expected(c)))
+]
 
 
 @pytest.mark.parametrize("case", KEYED_CASES)
@@ -104,7 +109,9 @@ def test_key_absent_from_every_state_gives_no_rows_and_no_error():
 
 def test_key_view_reads_a_retained_heap_checkpoint():
     case = "sql_groupby_checkpoint_hashmap_2.3"
-    expected = {(st["name"], r["key"]): r["value"] for _, st in iter_states(load_expected(case)) for r in st["rows"] or []}
+    expected = {
+        (st["name"], r["key"]): r["value"] for _, st in iter_states(load_expected(case)) for r in st["rows"] or []
+    }
     key = next(k for (state, k) in expected if state == "accState")
     view = SavepointReader(savepoint_dir(case)).key(key)
     acc = [row for row in view.rows if row.state == "accState"]
@@ -135,6 +142,7 @@ def test_operator_and_state_filters():
 
 # ----------------------------------------------------------------------------- coercion
 
+
 def _int_key(kind):
     return TypeDescriptor.of("row", [("f0", TypeDescriptor.of(kind))])
 
@@ -144,12 +152,21 @@ def test_coercion_to_each_key_type():
     assert coerce_key(42, TypeDescriptor.of("rowdata", [("f0", TypeDescriptor.of("VARCHAR", length=5))])) == "42"
     assert coerce_key("2.5", TypeDescriptor.of("double")) == 2.5
     assert coerce_key("TRUE", TypeDescriptor.of("boolean")) is True
-    composite = TypeDescriptor.of("rowdata", [("f0", TypeDescriptor.of("VARCHAR")), ("f1", TypeDescriptor.of("INTEGER"))])
+    composite = TypeDescriptor.of(
+        "rowdata", [("f0", TypeDescriptor.of("VARCHAR")), ("f1", TypeDescriptor.of("INTEGER"))]
+    )
     assert coerce_key('["ka", "3"]', composite) == {"f0": "ka", "f1": 3}
     assert coerce_key(("ka", 3), composite) == coerce_key({"f0": "ka", "f1": 3}, composite) == {"f0": "ka", "f1": 3}
-    for bad, key_type in [("abc", _int_key("int")), (2 ** 31, _int_key("int")), (True, _int_key("long")),
-                          (["a"], _int_key("int")), ('["ka"]', composite), ("ka", composite),
-                          ({"f0": "ka", "x": 1}, composite), ("x", TypeDescriptor.raw("Foo", "unknown"))]:
+    for bad, key_type in [
+        ("abc", _int_key("int")),
+        (2**31, _int_key("int")),
+        (True, _int_key("long")),
+        (["a"], _int_key("int")),
+        ('["ka"]', composite),
+        ("ka", composite),
+        ({"f0": "ka", "x": 1}, composite),
+        ("x", TypeDescriptor.raw("Foo", "unknown")),
+    ]:
         with pytest.raises(KeyNotCoercible):
             coerce_key(bad, key_type)
 
@@ -165,7 +182,7 @@ def test_composite_key_as_list_dict_and_json_text():
 
 def test_state_whose_key_type_does_not_take_the_key_is_skipped_with_the_reason():
     # types-fn is keyed by INT, long-keyed-fn by LONG: 2^31 fits only the latter.
-    view = SavepointReader(savepoint_dir("datastream_types_thread_2.3")).key(2 ** 31)
+    view = SavepointReader(savepoint_dir("datastream_types_thread_2.3")).key(2**31)
     skipped_ops = {s.operator for s in view.skipped}
     assert skipped_ops == {"types-fn"}
     assert all("out of range" in s.reason and s.coercion for s in view.skipped)
@@ -184,6 +201,7 @@ def test_key_that_fits_no_state_is_an_error():
 
 
 # ----------------------------------------------------------------------------- CLI
+
 
 def test_cli_key_formats():
     path = str(savepoint_dir(GROUPBY))
@@ -205,11 +223,13 @@ def test_cli_composite_key_and_skip_notes():
     result = statecat("key", str(savepoint_dir(case)), json.dumps([key["f0"], key["f1"]]), "--format", "json")
     assert result.returncode == 0, result.stderr
     assert {(r["operator_id"], r["state"]) for r in json.loads(result.stdout)["rows"]} == set(expected_view(case, key))
-    skipped = statecat("key", str(savepoint_dir("datastream_types_thread_2.3")), str(2 ** 31))
+    skipped = statecat("key", str(savepoint_dir("datastream_types_thread_2.3")), str(2**31))
     assert skipped.returncode == 0 and "skipped 'v_int' of types-fn" in skipped.stdout
 
 
-@pytest.mark.parametrize("args", [("/no/such/savepoint", "x"), (str(savepoint_dir("datastream_types_thread_2.3")), "abc")])
+@pytest.mark.parametrize(
+    "args", [("/no/such/savepoint", "x"), (str(savepoint_dir("datastream_types_thread_2.3")), "abc")]
+)
 def test_cli_key_errors_are_one_line_exit_2(args):
     result = statecat("key", *args)
     assert result.returncode == 2
@@ -218,8 +238,13 @@ def test_cli_key_errors_are_one_line_exit_2(args):
 
 # ----------------------------------------------------------------------------- history
 
-HISTORY_CASES = ["sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_2.3", "sql_groupby_hashmap_2.3",
-                 "sql_groupby_compressed_2.3", "sql_window_2.3"]
+HISTORY_CASES = [
+    "sql_groupby_hashmap_1.20",
+    "sql_groupby_rocksdb_2.3",
+    "sql_groupby_hashmap_2.3",
+    "sql_groupby_compressed_2.3",
+    "sql_window_2.3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -273,8 +298,13 @@ def test_cli_history(history_root):
 
 
 def test_key_view_shows_as_html_and_pandas_with_the_expected_value():
-    expected = next(r["value"] for _, st in iter_states(load_expected(GROUPBY)) if st["name"] == "accState"
-                    for r in st["rows"] if r["key"] == "key_662")
+    expected = next(
+        r["value"]
+        for _, st in iter_states(load_expected(GROUPBY))
+        if st["name"] == "accState"
+        for r in st["rows"]
+        if r["key"] == "key_662"
+    )
     view = SavepointReader(str(savepoint_dir(GROUPBY))).key("key_662")
     frame = view.to_pandas()
     acc = frame[frame["state"] == "accState"]

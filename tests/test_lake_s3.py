@@ -44,8 +44,11 @@ def s3(tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     with open(log, "wb") as out:
-        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                  stdout=out, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     endpoint = f"http://127.0.0.1:{port}"
     try:
         for _ in range(READY_POLLS):
@@ -60,14 +63,24 @@ def s3(tmp_path_factory):
                     pass
         else:
             raise AssertionError(f"moto not ready at {endpoint} after {READY_POLLS} polls: {log.read_text()}")
-        env = {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-               "AWS_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}
+        env = {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
         with pytest.MonkeyPatch.context() as mp:
             for k, v in env.items():
                 mp.setenv(k, v)
-            filesystem = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
-                                           access_key="testing", secret_key="testing", region="us-east-1",
-                                           allow_bucket_creation=True)
+            filesystem = pafs.S3FileSystem(
+                endpoint_override=f"127.0.0.1:{port}",
+                scheme="http",
+                access_key="testing",
+                secret_key="testing",
+                region="us-east-1",
+                allow_bucket_creation=True,
+            )
             filesystem.create_dir(BUCKET)
             yield filesystem, endpoint
     finally:
@@ -76,14 +89,23 @@ def s3(tmp_path_factory):
 
 
 def _upload(filesystem, case: str, key: str) -> str:
-    pafs.copy_files(str(savepoint_dir(case)), f"{BUCKET}/{key}", source_filesystem=pafs.LocalFileSystem(),
-                    destination_filesystem=filesystem)
+    pafs.copy_files(
+        str(savepoint_dir(case)),
+        f"{BUCKET}/{key}",
+        source_filesystem=pafs.LocalFileSystem(),
+        destination_filesystem=filesystem,
+    )
     return f"s3://{BUCKET}/{key}"
 
 
 def _options(endpoint):
-    return {"AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true", "AWS_REGION": "us-east-1",
-            "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
 
 
 def test_open_storage_reads_an_s3_savepoint_through_aws_endpoint_url(s3):
@@ -97,8 +119,9 @@ def test_open_storage_reads_an_s3_savepoint_through_aws_endpoint_url(s3):
 
 def test_materialize_s3_savepoints_into_an_s3_lake_exactly_once(s3, tmp_path):
     filesystem, endpoint = s3
-    uris = {case: _upload(filesystem, case, f"savepoints/job/savepoint-{i:06x}-{'a' * 12}")
-            for i, case in enumerate(CASES)}
+    uris = {
+        case: _upload(filesystem, case, f"savepoints/job/savepoint-{i:06x}-{'a' * 12}") for i, case in enumerate(CASES)
+    }
     lake = f"s3://{BUCKET}/lake"
     # Dies while writing the second snapshot.
     crashed = statecat_cli("materialize", f"s3://{BUCKET}/savepoints", "--to", lake, check=False, crash_after_commits=9)
@@ -113,8 +136,9 @@ def test_materialize_s3_savepoints_into_an_s3_lake_exactly_once(s3, tmp_path):
     assert sorted(r["path"] for r in snapshots) == sorted(uris.values())
     # The second engine reads a copy of the lake's objects (DuckDB's S3 support is a separate extension).
     local_lake = tmp_path / "lake"
-    pafs.copy_files(f"{BUCKET}/lake", str(local_lake), source_filesystem=filesystem,
-                    destination_filesystem=pafs.LocalFileSystem())
+    pafs.copy_files(
+        f"{BUCKET}/lake", str(local_lake), source_filesystem=filesystem, destination_filesystem=pafs.LocalFileSystem()
+    )
     con = duckdb_with_delta()
     for row in snapshots:
         meta = load_state_meta(row["path"])
@@ -123,12 +147,22 @@ def test_materialize_s3_savepoints_into_an_s3_lake_exactly_once(s3, tmp_path):
             table = names[(op.id, state.name)]
             columns = SavepointReader(meta).schema(state.name, op.id).names
             expected = canonical(SavepointReader(meta).table(state.name, op.id).to_pylist())
-            query = QueryBuilder().register("t", deltalake.DeltaTable(f"{lake}/states/{table}", storage_options=options))
+            query = QueryBuilder().register(
+                "t", deltalake.DeltaTable(f"{lake}/states/{table}", storage_options=options)
+            )
             got = query.execute(f"SELECT * FROM t WHERE snapshot_id = '{row['snapshot_id']}'").read_all()
             got = pa.table(got).select(columns).to_pylist()
             assert canonical(got) == expected, table
-            duck = con.execute(f"SELECT {', '.join(columns)} FROM delta_scan('{local_lake / 'states' / table}') "
-                               "WHERE snapshot_id = ?", [row["snapshot_id"]]).arrow().read_all().to_pylist()
+            duck = (
+                con.execute(
+                    f"SELECT {', '.join(columns)} FROM delta_scan('{local_lake / 'states' / table}') "
+                    "WHERE snapshot_id = ?",
+                    [row["snapshot_id"]],
+                )
+                .arrow()
+                .read_all()
+                .to_pylist()
+            )
             assert canonical(duck) == expected, table
 
     # Retention on S3: keep the newest, delete the rest's objects at once.

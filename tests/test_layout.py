@@ -19,11 +19,27 @@ ALLOWED = {
     "catalog.spark": {"statemeta", "readers", "catalog.render", "catalog.report"},
     "catalog.servers": {"statemeta", "readers", "catalog.render", "catalog.report", "catalog.spark"},
     "catalog.lake": {"statemeta", "readers", "catalog.render"},
-    "catalog.cli": {"statemeta", "readers", "catalog.render", "catalog.report", "catalog.spark",
-                    "catalog.servers", "catalog.lake", "catalog"},
+    "catalog.cli": {
+        "statemeta",
+        "readers",
+        "catalog.render",
+        "catalog.report",
+        "catalog.spark",
+        "catalog.servers",
+        "catalog.lake",
+        "catalog",
+    },
     # The package front doors re-export lazily (``statecat.attach``, ``statecat.catalog.session``).
-    "catalog": {"statemeta", "readers", "catalog.render", "catalog.report", "catalog.spark",
-                "catalog.servers", "catalog.lake", "catalog.cli"},
+    "catalog": {
+        "statemeta",
+        "readers",
+        "catalog.render",
+        "catalog.report",
+        "catalog.spark",
+        "catalog.servers",
+        "catalog.lake",
+        "catalog.cli",
+    },
     "catalog._root": {"statemeta", "readers", "catalog"},
     "catalog.pyspark_statecat": {"catalog.spark"},
 }
@@ -53,8 +69,10 @@ def _statecat_imports(source: str):
             names = [node.module] if node.module != "statecat" else [a.name for a in node.names]
             if node.module.startswith("statecat.") and node.module.count(".") == 1:
                 # ``from statecat.catalog import x``: x is a room when it is a subpackage
-                names = [f"{node.module}.{a.name}" if f"{node.module[9:]}.{a.name}" in ALLOWED else node.module
-                         for a in node.names]
+                names = [
+                    f"{node.module}.{a.name}" if f"{node.module[9:]}.{a.name}" in ALLOWED else node.module
+                    for a in node.names
+                ]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         else:

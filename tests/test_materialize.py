@@ -31,9 +31,16 @@ from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint
 
 # One SQL GROUP BY job, snapshotted by several Flink versions and backends: one job's history.
 GROUPBY_HISTORY = (
-    "sql_groupby_hashmap_1.15", "sql_groupby_rocksdb_1.15", "sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_1.20",
-    "sql_groupby_hashmap_2.0", "sql_groupby_checkpoint_hashmap_2.3", "sql_groupby_native_rocksdb_2.3",
-    "sql_groupby_rocksdb_2.3", "sql_groupby_compressed_2.3", "sql_groupby_hashmap_2.3",
+    "sql_groupby_hashmap_1.15",
+    "sql_groupby_rocksdb_1.15",
+    "sql_groupby_hashmap_1.20",
+    "sql_groupby_rocksdb_1.20",
+    "sql_groupby_hashmap_2.0",
+    "sql_groupby_checkpoint_hashmap_2.3",
+    "sql_groupby_native_rocksdb_2.3",
+    "sql_groupby_rocksdb_2.3",
+    "sql_groupby_compressed_2.3",
+    "sql_groupby_hashmap_2.3",
 )
 # Snapshots only partly readable (status "partial"): none since native RocksDB state is read.
 PARTIAL: set[str] = set()
@@ -43,6 +50,7 @@ HISTORY_START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 # ----------------------------------------------------------------------------- helpers (also for test_lake_s3)
 
+
 def duckdb_with_delta():
     """A DuckDB connection with the delta extension loaded from the installed wheel (offline)."""
     import duckdb
@@ -50,7 +58,8 @@ def duckdb_with_delta():
 
     base = Path(duckdb_extension_delta.__file__).parent / "extensions"
     candidates = sorted(base.glob(f"v{duckdb.__version__}/delta.duckdb_extension")) or sorted(
-        base.glob("v*/delta.duckdb_extension"))
+        base.glob("v*/delta.duckdb_extension")
+    )
     assert candidates, f"no delta extension in {base}"
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     con.execute(f"LOAD '{candidates[0]}'")
@@ -71,6 +80,7 @@ def register_lake_views(con, lake: Path) -> list[str]:
 
 def canonical(rows) -> list[str]:
     """Rows as sorted JSON text, so two engines' and the reader's rows compare regardless of order."""
+
     def plain(v):
         if isinstance(v, dict):
             return {k: plain(x) for k, x in v.items()}
@@ -79,6 +89,7 @@ def canonical(rows) -> list[str]:
             is_map = isinstance(v, list) and v and isinstance(v[0], tuple)  # Arrow maps: (key, value) pairs
             return sorted(items, key=lambda x: json.dumps(x, sort_keys=True, default=str)) if is_map else items
         return v
+
     return sorted(json.dumps(plain(r), sort_keys=True, default=str) for r in rows)
 
 
@@ -97,8 +108,12 @@ def lake_partition(lake: Path, table: str, snapshot_id: str, columns: list[str])
 
 def duckdb_partition(con, lake: Path, table: str, snapshot_id: str, columns: list[str]) -> list[dict]:
     cols = ", ".join(columns)
-    return con.execute(f"SELECT {cols} FROM delta_scan('{lake / 'states' / table}') WHERE snapshot_id = ?",
-                       [snapshot_id]).arrow().read_all().to_pylist()
+    return (
+        con.execute(f"SELECT {cols} FROM delta_scan('{lake / 'states' / table}') WHERE snapshot_id = ?", [snapshot_id])
+        .arrow()
+        .read_all()
+        .to_pylist()
+    )
 
 
 def place_history(root: Path, cases=GROUPBY_HISTORY) -> dict[str, Path]:
@@ -165,6 +180,7 @@ def assert_lake_matches_savepoints(lake: Path, placed: dict[str, Path], con=None
 
 # ----------------------------------------------------------------------------- stable names
 
+
 def _names(case):
     """(operator id, state name) -> stable name; operator ids agree across the fixtures of one job."""
     return stable_state_names(load_state_meta(str(savepoint_dir(case)), use_state_info=False))
@@ -173,8 +189,13 @@ def _names(case):
 def test_stable_names_are_the_same_across_flink_versions_and_backends():
     readable = [c for c in GROUPBY_HISTORY if c not in PARTIAL]
     first = _names(readable[0])
-    assert set(first.values()) == {"accstate", "coordinator", "sourcereaderstate", "timer_state_event_user_timers",
-                                   "timer_state_processing_user_timers"}
+    assert set(first.values()) == {
+        "accstate",
+        "coordinator",
+        "sourcereaderstate",
+        "timer_state_event_user_timers",
+        "timer_state_processing_user_timers",
+    }
     for case in readable[1:]:
         assert _names(case) == first, case  # Flink 1.15 (no names in _metadata) to 2.3, heap and RocksDB
     # A partly readable snapshot names the states it has the same way.
@@ -202,14 +223,16 @@ def test_stable_names_qualify_only_shared_state_names_without_plan_counters():
 
 # ----------------------------------------------------------------------------- one job's history
 
+
 @pytest.fixture(scope="module")
 def history(tmp_path_factory):
     base = tmp_path_factory.mktemp("history")
     placed = place_history(base / "root")
     lake = base / "lake"
     first = statecat_cli("materialize", base / "root", "--to", lake)
-    versions = {p.name: deltalake.DeltaTable(str(p)).version() for p in [*(lake / "states").iterdir(),
-                                                                          lake / "snapshots"]}
+    versions = {
+        p.name: deltalake.DeltaTable(str(p)).version() for p in [*(lake / "states").iterdir(), lake / "snapshots"]
+    }
     second = statecat_cli("materialize", base / "root", "--to", lake)
     return base, placed, lake, first, second, versions
 
@@ -220,8 +243,7 @@ def test_materializing_twice_gives_each_snapshot_once_equal_to_the_savepoint(his
     assert first.stdout.count("partial ") == len(PARTIAL)
     assert second.stdout.count("skipped ") == len(placed) and "written" not in second.stdout
     # The second run committed nothing.
-    after = {p.name: deltalake.DeltaTable(str(p)).version() for p in [*(lake / "states").iterdir(),
-                                                                       lake / "snapshots"]}
+    after = {p.name: deltalake.DeltaTable(str(p)).version() for p in [*(lake / "states").iterdir(), lake / "snapshots"]}
     assert after == versions
     assert_lake_matches_savepoints(lake, placed)
 
@@ -300,8 +322,11 @@ def test_dashboard_queries_answer_on_the_lake(history):
     trend = run("12_key_count_trend.sql")
     readable = [r for c, r in zip(GROUPBY_HISTORY, order) if c not in PARTIAL]
     assert [t["checkpoint_id"] for t in trend] == [r["checkpoint_id"] for r in readable]
-    expected_keys = [len(next(st for _, st in iter_states(load_expected(c)) if st["name"] == "accState")["rows"])
-                     for c in GROUPBY_HISTORY if c not in PARTIAL]
+    expected_keys = [
+        len(next(st for _, st in iter_states(load_expected(c)) if st["name"] == "accState")["rows"])
+        for c in GROUPBY_HISTORY
+        if c not in PARTIAL
+    ]
     assert [t["keys"] for t in trend] == expected_keys
     assert [t["taken_at"] for t in trend] == sorted(t["taken_at"] for t in trend)
 
@@ -322,12 +347,19 @@ def test_dashboard_queries_answer_on_the_lake(history):
         for op in meta.operators:
             if not op.states:
                 continue
-            keyed = {(loc.subtask, loc.stream.size - loc.offsets[0]) for s in op.states if s.is_keyed
-                     for loc in s.locations if loc.native is None}
+            keyed = {
+                (loc.subtask, loc.stream.size - loc.offsets[0])
+                for s in op.states
+                if s.is_keyed
+                for loc in s.locations
+                if loc.native is None
+            }
             # A native RocksDB instance's states hold its SST files' bytes (readers/state_bytes.py).
             native = {loc.native for s in op.states if s.is_keyed for loc in s.locations if loc.native is not None}
             keyed_bytes = sum(b for _, b in keyed) + sum(f.stream.size for h in native for f in h.sst_files)
-            other = sum(loc.end - min(loc.offsets, default=loc.end) for s in op.states if not s.is_keyed for loc in s.locations)
+            other = sum(
+                loc.end - min(loc.offsets, default=loc.end) for s in op.states if not s.is_keyed for loc in s.locations
+            )
             got = [s for s in sizes if s["snapshot_id"] == snap["snapshot_id"] and s["operator"] == op.label]
             assert len(got) == 1, (case, op.label)
             assert got[0]["bytes"] == keyed_bytes + other, (case, op.label)
@@ -339,8 +371,9 @@ def test_dashboard_queries_answer_on_the_lake(history):
     for s in acc_skew:
         path = next(placed[c] for c, r in zip(GROUPBY_HISTORY, order) if r["snapshot_id"] == s["snapshot_id"])
         op, state = load_state_meta(str(path)).find_state("accState")
-        counts = Counter(key_group_for(r["key"], state.key, op.max_parallelism)
-                         for r in reader_rows(path, op.id, "accState"))
+        counts = Counter(
+            key_group_for(r["key"], state.key, op.max_parallelism) for r in reader_rows(path, op.id, "accState")
+        )
         assert s["max_entries"] == max(counts.values())
         assert s["key_groups"] == op.max_parallelism
 
@@ -372,6 +405,7 @@ def test_every_fixture_job_materializes_equal_to_its_savepoint(tmp_path, case):
 
 
 # ----------------------------------------------------------------------------- crashes, retention, errors
+
 
 @pytest.mark.parametrize("crash_after", [3, 9])
 def test_crash_mid_write_then_rerun_gives_each_snapshot_once(tmp_path, crash_after):
@@ -406,7 +440,12 @@ def test_orphan_partitions_of_a_vanished_savepoint_are_deleted(tmp_path):
 
 
 def test_keep_removes_old_snapshots_and_vacuums(tmp_path):
-    cases = ("sql_groupby_hashmap_1.20", "sql_groupby_hashmap_2.0", "sql_groupby_rocksdb_2.3", "sql_groupby_hashmap_2.3")
+    cases = (
+        "sql_groupby_hashmap_1.20",
+        "sql_groupby_hashmap_2.0",
+        "sql_groupby_rocksdb_2.3",
+        "sql_groupby_hashmap_2.3",
+    )
     placed = place_history(tmp_path / "root", cases)
     lake = tmp_path / "lake"
     statecat_cli("materialize", tmp_path / "root", "--to", lake)
@@ -470,29 +509,41 @@ def test_schema_rule_merges_added_fields_and_refuses_other_changes():
     from statecat.catalog.lake.materialize import _schema_change_problem
 
     old = pa.schema([("key", pa.string()), ("value", pa.struct([("f0", pa.int64())]))])
-    added = pa.schema([("key", pa.string()), ("value", pa.struct([("f0", pa.int64()), ("f1", pa.string())])),
-                       ("extra", pa.int32())])
+    added = pa.schema(
+        [("key", pa.string()), ("value", pa.struct([("f0", pa.int64()), ("f1", pa.string())])), ("extra", pa.int32())]
+    )
     assert _schema_change_problem(old, added) is None
     changed = pa.schema([("key", pa.string()), ("value", pa.struct([("f0", pa.string())]))])
     assert _schema_change_problem(old, changed) == "column value.f0 was int64, is now string"
     listed = pa.schema([("value", pa.list_(pa.struct([("a", pa.int32())])))])
     assert _schema_change_problem(listed, pa.schema([("value", pa.list_(pa.struct([("a", pa.int64())])))])) == (
-        "column value[].a was int32, is now int64")
+        "column value[].a was int32, is now int64"
+    )
 
 
 def test_operator_and_state_filters_write_only_those_states(tmp_path):
     placed = place_history(tmp_path / "root", ("sql_join_2.3",))
     lake = tmp_path / "lake"
-    statecat_cli("materialize", tmp_path / "root", "--to", lake, "--state", "left-records", "--state",
-                 "source_b__sourcereaderstate")
+    statecat_cli(
+        "materialize",
+        tmp_path / "root",
+        "--to",
+        lake,
+        "--state",
+        "left-records",
+        "--state",
+        "source_b__sourcereaderstate",
+    )
     assert sorted(p.name for p in (lake / "states").iterdir()) == ["left_records", "source_b__sourcereaderstate"]
     meta = read_delta(deltalake.DeltaTable(str(lake / "state_meta"))).to_pylist()
     assert {m["state_name"] for m in meta if m["materialized"]} == {"left-records", "SourceReaderState"}
     assert len(meta) == 6 and sum(m["materialized"] for m in meta) == 2
     lake2 = tmp_path / "lake2"
     statecat_cli("materialize", placed["sql_join_2.3"], "--to", lake2, "--operator", "Source: a[1]")
-    assert sorted(p.name for p in (lake2 / "states").iterdir()) == ["source_a__coordinator",
-                                                                    "source_a__sourcereaderstate"]
+    assert sorted(p.name for p in (lake2 / "states").iterdir()) == [
+        "source_a__coordinator",
+        "source_a__sourcereaderstate",
+    ]
 
 
 def test_watch_materializes_each_new_savepoint(tmp_path):
@@ -512,8 +563,9 @@ def test_materializer_api_and_savepoint_copies(tmp_path):
     # The same savepoint at two paths is one snapshot.
     shutil.copytree(savepoint_dir("sql_window_2.3"), tmp_path / "a" / "savepoint-000001-aaaaaaaaaaaa")
     shutil.copytree(savepoint_dir("sql_window_2.3"), tmp_path / "b" / "savepoint-000001-aaaaaaaaaaaa")
-    result = Materializer(tmp_path / "lake", selection=Selection(states=("window-aggs",)),
-                          retention=Retention()).run([str(tmp_path / "a"), str(tmp_path / "b")])
+    result = Materializer(tmp_path / "lake", selection=Selection(states=("window-aggs",)), retention=Retention()).run(
+        [str(tmp_path / "a"), str(tmp_path / "b")]
+    )
     assert sorted(s.outcome for s in result.snapshots) == ["skipped", "written"]
     assert len(snapshot_rows(tmp_path / "lake")) == 1
 

@@ -23,8 +23,12 @@ NATIVE_CASE = "sql_groupby_native_rocksdb_2.3"
 
 def _native_handles(path) -> list[NativeRocksDBHandle]:
     metadata = read_metadata(open_storage(str(path)))
-    return [s.managed_keyed for op in metadata.operators for s in op.subtasks
-            if isinstance(s.managed_keyed, NativeRocksDBHandle)]
+    return [
+        s.managed_keyed
+        for op in metadata.operators
+        for s in op.subtasks
+        if isinstance(s.managed_keyed, NativeRocksDBHandle)
+    ]
 
 
 def _scanner(reader: SavepointReader, state: str):
@@ -63,8 +67,13 @@ def test_one_key_reads_one_key_group_and_fewer_bytes_than_the_full_scan():
     everything = [r for b in full.batches() for r in b.to_pylist()]
     assert len(everything) == len(rows)
     one = _scanner(reader, "accState")
-    got = [r for b in one.batches(keys=[wanted["key"]], key_groups={
-        key_group_for(wanted["key"], one.state.key, one.operator.max_parallelism)}) for r in b.to_pylist()]
+    got = [
+        r
+        for b in one.batches(
+            keys=[wanted["key"]], key_groups={key_group_for(wanted["key"], one.state.key, one.operator.max_parallelism)}
+        )
+        for r in b.to_pylist()
+    ]
     assert [r["value"] for r in got] == [wanted["value"]]
     assert one.stats.key_groups == 1
     assert 0 < one.stats.bytes_read < full.stats.bytes_read
@@ -162,7 +171,7 @@ def test_the_compiled_merge_is_rocksdbs_iteration(version, name):
     runs.restrict(b"", None)
     buffer, key_at, key_len, value_at, value_len = runs.resolved()
     data = bytes(buffer)
-    got = [[data[k:k + n].hex(), data[v:v + m].hex()] for k, n, v, m in zip(key_at, key_len, value_at, value_len)]
+    got = [[data[k : k + n].hex(), data[v : v + m].hex()] for k, n, v, m in zip(key_at, key_len, value_at, value_len)]
     assert got == cf["entries"]
 
 

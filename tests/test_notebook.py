@@ -21,8 +21,9 @@ KEY = "key_662"
 def executed():
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     # Raises CellExecutionError on the first cell that fails.
-    NotebookClient(notebook, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(NOTEBOOK.parent)}}
+    ).execute()
     return [cell for cell in notebook.cells if cell.cell_type == "code"]
 
 
@@ -33,8 +34,9 @@ def _texts(cells, mime: str) -> list[str]:
 def test_notebook_runs_clean(executed):
     kinds = [output.output_type for cell in executed for output in cell.outputs]
     assert "error" not in kinds
-    streams = [(output.name, output.text) for cell in executed for output in cell.outputs
-               if output.output_type == "stream"]
+    streams = [
+        (output.name, output.text) for cell in executed for output in cell.outputs if output.output_type == "stream"
+    ]
     assert all(name == "stdout" for name, _ in streams), streams
     everything = "\n".join(text for _, text in streams) + "\n".join(_texts(executed, "text/plain"))
     assert "Warning" not in everything and "warning" not in everything
@@ -75,10 +77,12 @@ def test_spark_in_a_notebook_cell_is_quiet(tmp_path):
         "import statecat.catalog\n"
         f"spark = statecat.catalog.session({str(tmp_path / 'home')!r})\n"
         "print('progress', spark.conf.get('spark.ui.showConsoleProgress'))\n"
-        "spark.range(3).toPandas()")
+        "spark.range(3).toPandas()"
+    )
     notebook = nbformat.v4.new_notebook(cells=[cell])
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     outputs = notebook.cells[0].outputs
     streams = [(output.name, output.text) for output in outputs if output.output_type == "stream"]
     assert streams == [("stdout", "progress false\n")]

@@ -32,8 +32,11 @@ def _savepoint_layout_operators():
     for param in _operators():
         case, operator, states = param.values
         op = load_state_meta(savepoint_dir(case)).operator(operator)
-        if all(loc.layout not in (HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
-               for name in states for loc in op.state(name).locations):
+        if all(
+            loc.layout not in (HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
+            for name in states
+            for loc in op.state(name).locations
+        ):
             yield param
 
 
@@ -58,8 +61,9 @@ def test_one_pass_reads_each_key_group_once(case, operator, states):
 def test_key_group_subset_and_subtasks_match_the_per_state_reads():
     case = "datastream_windows_thread_2.3"
     reader = SavepointReader(savepoint_dir(case))
-    op = next(op for op in reader.meta.operators
-              if sum(s.is_keyed and s.decode_status == "full" for s in op.states) > 1)
+    op = next(
+        op for op in reader.meta.operators if sum(s.is_keyed and s.decode_status == "full" for s in op.states) > 1
+    )
     states = [s.name for s in op.states if s.is_keyed and s.decode_status == "full"]
     groups = set(range(0, op.max_parallelism, 3))
     together = reader.operator_tables(op.id, states, key_groups=groups, subtasks={0})

@@ -45,6 +45,7 @@ def _parsed(value):
 def _expected_unpickled(row):
     """expected.json's value with its pickles as objects: ``unpickled`` where the case gives it, else
     each ``{"hex": ...}`` of the exact pickle bytes read by the test's own unpickler."""
+
     def objects(value):
         if isinstance(value, dict) and set(value) == {"hex"}:
             return _json_of_pickle(bytes.fromhex(value["hex"]))
@@ -62,9 +63,14 @@ def test_unpickle_decodes_thread_mode_pickles_as_expected(case):
         op = find_operator(reader.meta, expected_op)
         state = op.state(expected_state["name"])
         assert "PICKLED" in state.value.describe(), state.value.describe()
-        rows = [{"key": canonical(r["key"]), "namespace": canonical(r["namespace"]),
-                 "value": canonical(_parsed(r["value"]))}
-                for r in reader.table(state.name, op.id).to_pylist()]
+        rows = [
+            {
+                "key": canonical(r["key"]),
+                "namespace": canonical(r["namespace"]),
+                "value": canonical(_parsed(r["value"])),
+            }
+            for r in reader.table(state.name, op.id).to_pylist()
+        ]
         columns = ["key", "namespace", "value"]
         want = [_expected_unpickled(r) for r in expected_state["rows"]]
         assert _comparable(rows, columns) == _comparable(want, columns), f"{case} {state.name}"
@@ -111,8 +117,13 @@ def test_pickle_header_is_checked_before_unpickling():
     for protocol in (2, 3, 4, 5):
         check_pickle_header(pickle.dumps((1, "a"), protocol=protocol))
         check_pickle_header(pickle.dumps(None, protocol=protocol))
-    for bad in (b"", b"hello world", b"\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.", b"\x80\x09N.",
-                pickle.dumps(1, protocol=4)[:-1]):
+    for bad in (
+        b"",
+        b"hello world",
+        b"\x80\x04\x95\xff\x00\x00\x00\x00\x00\x00\x00N.",
+        b"\x80\x09N.",
+        pickle.dumps(1, protocol=4)[:-1],
+    ):
         with pytest.raises(DecodeError, match="not one"):
             check_pickle_header(bad)
 
@@ -125,8 +136,14 @@ def _descriptors(tmp_path, states, operator="keyed-fn"):
 
 def test_descriptor_file_declares_thread_mode_states_by_their_real_names(tmp_path):
     case = "datastream_thread_2.3"
-    declared = {"count": "LONG", "items": "LIST<STRING>", "per_tag": "MAP<STRING, LONG>", "max_v": "REDUCING<LONG>",
-                "avg": "AGGREGATING<TUPLE<LONG, LONG>>", "info": "PICKLED"}
+    declared = {
+        "count": "LONG",
+        "items": "LIST<STRING>",
+        "per_tag": "MAP<STRING, LONG>",
+        "max_v": "REDUCING<LONG>",
+        "avg": "AGGREGATING<TUPLE<LONG, LONG>>",
+        "info": "PICKLED",
+    }
     path = _descriptors(tmp_path, declared)
     plain = SavepointReader(savepoint_dir(case), descriptors=path)
     op = plain.meta.operator("keyed-fn")
@@ -151,11 +168,14 @@ def test_declaring_bytes_keeps_a_byte_array_bytes_even_with_unpickle(tmp_path):
     assert all(isinstance(r["value"], str) for r in reader.table("info", "keyed-fn").to_pylist())
 
 
-@pytest.mark.parametrize("states,message", [
-    ({"avg": "LONG"}, "declared LONG, but Flink stored byte[]"),
-    ({"count": "TUPLE<LONG, LONG>"}, "stores as a pickle in byte[], but Flink stored LONG"),
-    ({"per_tag": "LONG"}, "declared a VALUE state, but Flink stored a MAP state"),
-])
+@pytest.mark.parametrize(
+    "states,message",
+    [
+        ({"avg": "LONG"}, "declared LONG, but Flink stored byte[]"),
+        ({"count": "TUPLE<LONG, LONG>"}, "stores as a pickle in byte[], but Flink stored LONG"),
+        ({"per_tag": "LONG"}, "declared a VALUE state, but Flink stored a MAP state"),
+    ],
+)
 def test_thread_mode_declarations_that_contradict_the_savepoint_are_clear_errors(tmp_path, states, message):
     with pytest.raises(FormatError, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
         SavepointReader(savepoint_dir("datastream_thread_2.3"), descriptors=_descriptors(tmp_path, states))
@@ -180,7 +200,11 @@ def test_a_value_that_is_not_a_pickle_is_an_error_not_unpickled(tmp_path, monkey
     monkeypatch.setattr(decoders._PyFlinkUnpickler, "load", lambda self: calls.append(1))
     decode = decoders.build_decoder(
         with_pyflink_pickles(load_state_meta(savepoint_dir("datastream_thread_2.3")), unpickle=True)
-        .operator("keyed-fn").state("avg").value, unpickle=True)
+        .operator("keyed-fn")
+        .state("avg")
+        .value,
+        unpickle=True,
+    )
     data = b"not a pickle."
     with pytest.raises(DecodeError, match="not one"):
         decode(len(data).to_bytes(4, "big") + data, 0)
@@ -207,13 +231,23 @@ def test_flinkstate_source_unpickles_only_with_the_option(tmp_path):
     import sys
 
     sp = str(savepoint_dir("datastream_thread_2.3"))
-    expected = {r["key"]: r["value"] for _, s in iter_states(load_expected("datastream_thread_2.3"))
-                if s["name"] == "avg" for r in s["rows"]}
+    expected = {
+        r["key"]: r["value"]
+        for _, s in iter_states(load_expected("datastream_thread_2.3"))
+        if s["name"] == "avg"
+        for r in s["rows"]
+    }
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     out = {}
     for flag in ("true", "false"):
-        done = subprocess.run([sys.executable, "-c", SPARK_READ, str(tmp_path / "home"), sp, flag], env=env,
-                              capture_output=True, text=True, timeout=300, check=False)
+        done = subprocess.run(
+            [sys.executable, "-c", SPARK_READ, str(tmp_path / "home"), sp, flag],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         out[flag] = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["true"]["type"] == "string"

@@ -28,8 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 TIMEOUT = 300
 CASE = "sql_groupby_hashmap_2.3"
-ACC_QUERY = ("SELECT key, value.f0 AS f0, value.f1 AS f1 "
-             "FROM sql_groupby_hashmap_2_3.accstate")
+ACC_QUERY = "SELECT key, value.f0 AS f0, value.f1 AS f1 FROM sql_groupby_hashmap_2_3.accstate"
 # What the JVM itself (not Spark's logging) prints on stderr when Spark adds an incubator module.
 JVM_LAUNCHER_LINES = ("WARNING: Using incubator modules:",)
 
@@ -65,14 +64,32 @@ def _editable_venv(tmp_path: Path) -> Path:
     deps.mkdir()
     for entry in ours.iterdir():
         name = entry.name
-        if name.startswith(("statecat", "pyspark_statecat", "__editable__", "_distutils_hack")) \
-                or name.endswith(".pth") or name == "__pycache__":
+        if (
+            name.startswith(("statecat", "pyspark_statecat", "__editable__", "_distutils_hack"))
+            or name.endswith(".pth")
+            or name == "__pycache__"
+        ):
             continue
         (deps / name).symlink_to(entry)
     (site / "statecat_test_deps.pth").write_text(f"{deps}\n")
     python = venv / "bin" / "python"
-    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet", "--no-deps",
-                           "--editable", str(source)], capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(python),
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--editable",
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return python
 
@@ -80,9 +97,17 @@ def _editable_venv(tmp_path: Path) -> Path:
 def test_editable_install_sessions_find_the_flinkstate_source(tmp_path):
     python = _editable_venv(tmp_path)
     probe = subprocess.run(
-        [str(python), "-c", "import pkgutil, statecat; print(statecat.__file__); "
-                            "print([m.name for m in pkgutil.iter_modules() if m.name.startswith('pyspark_')])"],
-        capture_output=True, text=True, timeout=TIMEOUT, check=True)
+        [
+            str(python),
+            "-c",
+            "import pkgutil, statecat; print(statecat.__file__); "
+            "print([m.name for m in pkgutil.iter_modules() if m.name.startswith('pyspark_')])",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=True,
+    )
     location, discoverable = probe.stdout.splitlines()
     # The premise: statecat comes from the editable source, and Spark's discovery cannot see it.
     assert location.startswith(str(tmp_path / "src")), location
@@ -90,9 +115,23 @@ def test_editable_install_sessions_find_the_flinkstate_source(tmp_path):
     env = dict(os.environ, PYSPARK_PYTHON=str(python))
     env.pop("STATECAT_HOME", None)
     done = subprocess.run(
-        _statecat_command(python) + ["sql", "--home", str(tmp_path / "home"), "--attach", str(savepoint_dir(CASE)),
-                                     "--format", "json", ACC_QUERY],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+        _statecat_command(python)
+        + [
+            "sql",
+            "--home",
+            str(tmp_path / "home"),
+            "--attach",
+            str(savepoint_dir(CASE)),
+            "--format",
+            "json",
+            ACC_QUERY,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     assert {r["key"]: (r["f0"], r["f1"]) for r in rows} == _expected_acc_rows()
@@ -115,8 +154,16 @@ SESSION_SCRIPT = textwrap.dedent("""
 
 
 # What a statecat home holds after a session: the catalog, its metastore server's files, Spark's conf.
-HOME_ENTRIES = {"metastore_db", "derby.log", "spark-warehouse", "metastore.json", "metastore.lock", "metastore.log",
-                "conf", "scratch"}
+HOME_ENTRIES = {
+    "metastore_db",
+    "derby.log",
+    "spark-warehouse",
+    "metastore.json",
+    "metastore.lock",
+    "metastore.log",
+    "conf",
+    "scratch",
+}
 
 
 @pytest.mark.parametrize("where", ["home", "statecat_home_env"])
@@ -128,10 +175,21 @@ def test_a_session_leaves_nothing_in_the_temp_dir(tmp_path, where):
     home = tmp_path / "home"
     args = [str(savepoint_dir(CASE))] + ([str(home)] if where == "home" else [])
     # TMPDIR for Python, java.io.tmpdir for the JVM: both point at the fresh directory.
-    env = dict(os.environ, TMPDIR=str(temp), JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={temp}",
-               PYSPARK_PYTHON=sys.executable, STATECAT_HOME=str(home if where == "statecat_home_env" else tmp_path))
-    done = subprocess.run([sys.executable, "-c", SESSION_SCRIPT, *args], cwd=work, env=env, capture_output=True,
-                          text=True, timeout=TIMEOUT)
+    env = dict(
+        os.environ,
+        TMPDIR=str(temp),
+        JAVA_TOOL_OPTIONS=f"-Djava.io.tmpdir={temp}",
+        PYSPARK_PYTHON=sys.executable,
+        STATECAT_HOME=str(home if where == "statecat_home_env" else tmp_path),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", SESSION_SCRIPT, *args],
+        cwd=work,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     from statecat.catalog.servers.metastore import stop
 
     assert stop(str(home))  # the session's home runs the shared metastore server, here stopped
@@ -151,9 +209,14 @@ def _error_lines(stderr: str) -> list[str]:
 
 def test_a_query_spark_rejects_prints_one_line(tmp_path):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run(_statecat_command() + ["sql", "--home", str(tmp_path / "home"),
-                                                 "SELECT * FROM no_such_table"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        _statecat_command() + ["sql", "--home", str(tmp_path / "home"), "SELECT * FROM no_such_table"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     lines = _error_lines(done.stderr)
     assert len(lines) == 1, done.stderr[-3000:]
@@ -172,15 +235,28 @@ def test_a_damaged_state_file_read_through_sql_prints_one_line(tmp_path):
     for f in state_files:
         f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run(_statecat_command() + ["sql", "--home", str(tmp_path / "home"), "--attach",
-                                                 str(tmp_path / "damaged"),
-                                                 "SELECT count(*) FROM damaged.accstate"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        _statecat_command()
+        + [
+            "sql",
+            "--home",
+            str(tmp_path / "home"),
+            "--attach",
+            str(tmp_path / "damaged"),
+            "SELECT count(*) FROM damaged.accstate",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     lines = _error_lines(done.stderr)
     assert len(lines) == 1, done.stderr[-3000:]
-    assert lines[0].startswith(f"statecat: error: cannot read savepoint {savepoint}, operator GroupAggregate[3], "
-                               "state 'accState': "), lines[0]
+    assert lines[0].startswith(
+        f"statecat: error: cannot read savepoint {savepoint}, operator GroupAggregate[3], state 'accState': "
+    ), lines[0]
 
 
 COMMAND_SCRIPT = textwrap.dedent("""
@@ -199,20 +275,28 @@ COMMAND_SCRIPT = textwrap.dedent("""
 
 def test_a_java_error_from_a_statecat_session_prints_one_line(tmp_path):
     # A Java exception PySpark does not convert reaches Python as a Py4JJavaError.
-    script = COMMAND_SCRIPT.replace("WORK", 'cli_session(sys.argv[1]).sparkContext._jvm.java.lang.Class.forName("no.Such")')
+    script = COMMAND_SCRIPT.replace(
+        "WORK", 'cli_session(sys.argv[1]).sparkContext._jvm.java.lang.Class.forName("no.Such")'
+    )
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "home")], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=TIMEOUT)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "home")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
-    assert _error_lines(done.stderr) == ["statecat: error: java.lang.ClassNotFoundException: no.Such"], \
-        done.stderr[-3000:]
+    assert _error_lines(done.stderr) == ["statecat: error: java.lang.ClassNotFoundException: no.Such"], done.stderr[
+        -3000:
+    ]
 
 
 def test_a_bug_keeps_its_traceback(tmp_path):
     """Only Spark's errors are turned into one line: a Python error in statecat's code is not."""
     # Spark's error types are imported (so the CLI checks them), then a plain Python bug.
     script = COMMAND_SCRIPT.replace("WORK", "import py4j.protocol, pyspark.errors; None.no_such_attribute")
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=TIMEOUT)
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
     assert done.returncode == 1
     assert "Traceback" in done.stderr and "AttributeError" in done.stderr

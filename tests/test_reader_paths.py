@@ -53,7 +53,9 @@ def test_single_key_read_touches_only_its_key_group():
     assert one.to_pylist() == full.filter(pc.equal(full["key"], "key_662")).to_pylist()
     assert one.num_rows == 1
     group = key_group_for("key_662", state.key, op.max_parallelism)
-    location = next(loc for loc in state.locations if loc.start_key_group <= group < loc.start_key_group + len(loc.offsets))
+    location = next(
+        loc for loc in state.locations if loc.start_key_group <= group < loc.start_key_group + len(loc.offsets)
+    )
     start = location.offsets[group - location.start_key_group]
     later = sorted(o for o in location.offsets if o > start)
     group_bytes = (later[0] if later else location.stream.size) - start

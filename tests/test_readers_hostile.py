@@ -40,7 +40,7 @@ def _copy(case: str, tmp_path: Path) -> Path:
 
 def _poke(path: Path, at: int, data: bytes) -> None:
     content = bytearray(path.read_bytes())
-    content[at:at + len(data)] = data
+    content[at : at + len(data)] = data
     path.write_bytes(bytes(content))
 
 
@@ -70,6 +70,7 @@ def _both_paths(meta, state: str) -> list[pa.Table]:
 
 
 # ----------------------------------------------------------------------------- the reported repros
+
 
 @pytest.mark.parametrize("value", [0xFF, 0x7F, 0x80])
 def test_window_binary_row_size_past_its_entry_is_one_line_error_not_a_crash(tmp_path, value):
@@ -105,13 +106,14 @@ def test_big_decimal_with_a_huge_scale_renders_in_java_scientific_notation(tmp_p
     damaged = {row["key"]: row["value"] for row in SavepointReader(savepoint).table("v_big_dec").to_pylist()}
     changed = {key: value for key, value in damaged.items() if value != pristine[key]}
     assert len(changed) == 1
-    (key, text), = changed.items()
+    ((key, text),) = changed.items()
     # Java's BigDecimal(unscaled, 2^30).toString(): the unscaled digits, then the exponent.
     unscaled = pristine[key].replace(".", "").lstrip("-0") or "0"
     assert len(text) < 64 and text.endswith(f"E-{(1 << 30) - (len(unscaled) - 1)}")
 
 
 # ----------------------------------------------------------------------------- key-group offsets
+
 
 def _offsets_at(metadata: bytes, offsets: tuple[int, ...]) -> int:
     """Where a handle's key-group offsets (i64 each, big-endian) sit in _metadata."""
@@ -124,9 +126,11 @@ def _damaged_offsets(location, damage: str) -> tuple[int, int]:
     """(index, new offset) of the second non-empty key-group, damaged as named."""
     non_empty = [i for i, o in enumerate(location.offsets) if o > 0]
     first, second = non_empty[0], non_empty[1]
-    return {"negative": (second, -location.offsets[second]),
-            "before_previous": (second, location.offsets[first] - 1),
-            "past_the_end": (second, location.stream.size + 10)}[damage]
+    return {
+        "negative": (second, -location.offsets[second]),
+        "before_previous": (second, location.offsets[first] - 1),
+        "past_the_end": (second, location.stream.size + 10),
+    }[damage]
 
 
 DAMAGED_OFFSETS = ["negative", "before_previous", "past_the_end"]
@@ -187,6 +191,7 @@ def test_broadcast_entry_count_beyond_its_bytes_is_an_error_before_any_allocatio
 
 # ----------------------------------------------------------------------------- compressed key-groups
 
+
 def test_damaged_compressed_key_group_is_a_format_error(tmp_path):
     savepoint = _copy("sql_groupby_compressed_2.3", tmp_path)
     meta = load_state_meta(savepoint)
@@ -205,6 +210,7 @@ def test_damaged_compressed_key_group_is_a_format_error(tmp_path):
 
 
 # ----------------------------------------------------------------------------- text that is not text
+
 
 def test_malformed_utf8_in_sql_strings_becomes_replacement_characters_on_both_paths(tmp_path):
     savepoint = _copy("sql_groupby_hashmap_2.3", tmp_path)
@@ -241,6 +247,7 @@ def test_unpaired_surrogates_in_java_strings_become_replacement_characters(tmp_p
 
 
 # ----------------------------------------------------------------------------- values beyond what columns hold
+
 
 def test_sql_timestamp_beyond_year_9999_is_an_error_naming_its_entry(tmp_path):
     # A flipped bit in a TIMESTAMP field of a join's MapState key row (found by the mutation fuzzer):
@@ -316,11 +323,15 @@ def _read_or_error(meta, operator: str | None, state: str) -> list[str]:
 @pytest.mark.parametrize("case,operator,state,count", MUTATION_RUNS, ids=[f"{c}:{s}" for c, _, s, _ in MUTATION_RUNS])
 def test_single_byte_damage_gives_a_statecat_error_or_valid_rows(tmp_path, case, operator, state, count):
     savepoint = _copy(case, tmp_path)
-    code = (f"from tests.test_readers_hostile import mutation_run; "
-            f"mutation_run({str(savepoint)!r}, {operator!r}, {state!r}, {count}, 12)")
+    code = (
+        f"from tests.test_readers_hostile import mutation_run; "
+        f"mutation_run({str(savepoint)!r}, {operator!r}, {state!r}, {count}, 12)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, cwd=REPO)
     lines = [json.loads(line) for line in result.stdout.splitlines()]
-    assert result.returncode == 0, f"child died ({result.returncode}) at {lines[-1] if lines else None}: {result.stderr[-3000:]}"
+    assert result.returncode == 0, (
+        f"child died ({result.returncode}) at {lines[-1] if lines else None}: {result.stderr[-3000:]}"
+    )
     mutations = lines[0::2]
     outcomes = [line["outcomes"] for line in lines[1::2]]
     assert len(outcomes) == count

@@ -83,7 +83,8 @@ def test_subtask_totals_and_rescale_preview_follow_flinks_key_group_ranges():
         assert [row.subtask for row in preview] == list(range(parallelism))
         for row in preview:
             assert (row.first_key_group, row.last_key_group) == _flink_key_group_range(
-                row.subtask, parallelism, op["max_parallelism"])
+                row.subtask, parallelism, op["max_parallelism"]
+            )
             assert row.key_groups == row.last_key_group - row.first_key_group + 1
         assert sum(preview.column("entries")) == total_entries
         assert sum(preview.column("bytes")) == sum(groups.column("bytes"))
@@ -111,15 +112,23 @@ def test_tables_convert_to_pandas_with_integer_counts():
 def test_plots_render_as_png():
     reader = SavepointReader(str(savepoint_dir(JOIN)))
     groups = skew.key_group_stats(reader, "left-records")
-    figures = [plots.state_sizes(skew.state_sizes(reader)), plots.key_group_skew(groups),
-               plots.top_keys(skew.top_keys(reader, "left-records")), plots.rescale_preview(groups, 4)]
+    figures = [
+        plots.state_sizes(skew.state_sizes(reader)),
+        plots.key_group_skew(groups),
+        plots.top_keys(skew.top_keys(reader, "left-records")),
+        plots.rescale_preview(groups, 4),
+    ]
     for figure in figures:
         assert figure._repr_png_().startswith(PNG_MAGIC)
     axes = figures[1].axes
     # 256 key-group bars in each per-key-group panel, one bar per subtask beside them.
     assert [len(axis.patches) for axis in axes] == [256, 256, 3, 3]
     assert [text.get_text() for text in figures[3].axes[1].get_xticklabels()] == [
-        "0\n0-63", "1\n64-127", "2\n128-191", "3\n192-255"]
+        "0\n0-63",
+        "1\n64-127",
+        "2\n128-191",
+        "3\n192-255",
+    ]
 
 
 def _hostile_meta():
@@ -143,8 +152,13 @@ def test_html_reprs_show_the_savepoint_and_escape_every_value():
 
 
 def test_attach_result_display_and_pandas():
-    result = AttachResult(registered=[], known=["orders_a", HOSTILE], materialised=["orders_a"],
-                          failed=[("/sp/broken", f"bad _metadata {HOSTILE}")], seconds=0.25)
+    result = AttachResult(
+        registered=[],
+        known=["orders_a", HOSTILE],
+        materialised=["orders_a"],
+        failed=[("/sp/broken", f"bad _metadata {HOSTILE}")],
+        seconds=0.25,
+    )
     html = result._repr_html_()
     assert "0 registered, 2 already known, 1 materialised, 1 failed" in html
     assert "<script>" not in html and html.count("&lt;script&gt;") == 2
@@ -157,14 +171,14 @@ def test_attach_result_display_and_pandas():
 
 
 def _statecat(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True, timeout=300
+    )
 
 
 def test_report_writes_one_self_contained_page(tmp_path):
     out = tmp_path / "report.html"
-    result = _statecat("report", str(savepoint_dir(THREAD)), "--html", str(out), "--parallelism", "3",
-                       "--top", "5")
+    result = _statecat("report", str(savepoint_dir(THREAD)), "--html", str(out), "--parallelism", "3", "--top", "5")
     assert result.returncode == 0, result.stderr
     page = out.read_text(encoding="utf-8")
     # Nothing is fetched: no scripts, stylesheets or images from elsewhere.

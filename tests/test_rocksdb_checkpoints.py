@@ -22,22 +22,33 @@ from statecat.statemeta.storage import open_storage
 from tests.acceptance import _comparable, _json_of_pickle, check_state_rows, find_operator
 from tests.fixtures.expected import CASES, case_dir, iter_states, load_expected, savepoint_dir
 
-INCREMENTAL_CASES = ["sql_window_checkpoint_rocksdb_2.3", "sql_join_checkpoint_rocksdb_2.3",
-                     "datastream_checkpoint_rocksdb_2.3"]
+INCREMENTAL_CASES = [
+    "sql_window_checkpoint_rocksdb_2.3",
+    "sql_join_checkpoint_rocksdb_2.3",
+    "datastream_checkpoint_rocksdb_2.3",
+]
 FULL_CASE = "sql_groupby_full_checkpoint_rocksdb_2.3"
 RESCALED_CASE = "sql_groupby_rescaled_rocksdb_2.3"
 ROCKSDB_CHECKPOINT_CASES = [*INCREMENTAL_CASES, FULL_CASE, RESCALED_CASE]
 # (a case missing from the corpus fails test_the_rocksdb_checkpoint_cases_are_committed, not collection)
-KEYED_STATES = [pytest.param(case, op, st, id=f"{case}:{st['name']}")
-                for case in ROCKSDB_CHECKPOINT_CASES if case in CASES
-                for op, st in iter_states(load_expected(case)) if st["kind"] in ("keyed", "timer")]
+KEYED_STATES = [
+    pytest.param(case, op, st, id=f"{case}:{st['name']}")
+    for case in ROCKSDB_CHECKPOINT_CASES
+    if case in CASES
+    for op, st in iter_states(load_expected(case))
+    if st["kind"] in ("keyed", "timer")
+]
 
 
 def _handles(case) -> list[tuple[int, NativeRocksDBHandle]]:
     """(subtask, handle) of every keyed RocksDB instance in the case's checkpoint."""
     metadata = read_metadata(open_storage(str(savepoint_dir(case))))
-    return [(s.index, s.managed_keyed) for op in metadata.operators for s in op.subtasks
-            if isinstance(s.managed_keyed, NativeRocksDBHandle)]
+    return [
+        (s.index, s.managed_keyed)
+        for op in metadata.operators
+        for s in op.subtasks
+        if isinstance(s.managed_keyed, NativeRocksDBHandle)
+    ]
 
 
 def _ssts(case, handle: NativeRocksDBHandle):
@@ -104,8 +115,12 @@ def test_every_keyed_state_decodes_to_expected_through_the_api(case, operator, s
 
 
 def _statecat_read(path, state: str, operator_id: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "statecat.catalog.cli", "read", str(path), "--state", state,
-                           "--operator", operator_id], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", "read", str(path), "--state", state, "--operator", operator_id],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return [json.loads(line) for line in done.stdout.splitlines()]
 
@@ -125,6 +140,7 @@ def test_statecat_read_prints_every_keyed_state_as_expected(case):
 
 
 # ----------------------------------------------------------------------------- rescaled: range deletions
+
 
 def test_the_rescaled_checkpoint_clips_restored_files_with_range_deletions():
     """Precondition of the rescaled case: Flink restored the parallelism-1 DB in both new subtasks and

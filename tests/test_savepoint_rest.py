@@ -50,11 +50,20 @@ class FakeJobManager:
                     if fake.mode == "hang":
                         return self._send(200, {"status": {"id": "IN_PROGRESS"}})
                     if fake.mode == "fail":
-                        return self._send(200, {"status": {"id": "COMPLETED"}, "operation": {"failure-cause": {
-                            "class": "java.util.concurrent.CompletionException",
-                            "stack-trace": "java.util.concurrent.CompletionException: x\n\tat a.b(C.java:1)\n"
-                                           "Caused by: org.apache.flink.runtime.checkpoint.CheckpointException: "
-                                           "Checkpoint Coordinator is suspending.\n\tat d.e(F.java:2)"}}})
+                        return self._send(
+                            200,
+                            {
+                                "status": {"id": "COMPLETED"},
+                                "operation": {
+                                    "failure-cause": {
+                                        "class": "java.util.concurrent.CompletionException",
+                                        "stack-trace": "java.util.concurrent.CompletionException: x\n\tat a.b(C.java:1)\n"
+                                        "Caused by: org.apache.flink.runtime.checkpoint.CheckpointException: "
+                                        "Checkpoint Coordinator is suspending.\n\tat d.e(F.java:2)",
+                                    }
+                                },
+                            },
+                        )
                     return self._send(200, {"status": {"id": "COMPLETED"}, "operation": {"location": fake.location}})
                 if fake.mode == "html":
                     return self._send(200, b"<html>not flink</html>")
@@ -86,15 +95,21 @@ def test_savepoint_completes_and_writes_state_info(tmp_path, capsys):
     shutil.copytree(savepoint_dir("sql_join_2.3"), sp)
     (sp / STATE_INFO_FILE).unlink(missing_ok=True)
     with FakeJobManager("ok", location=f"file:{sp}") as jm:
-        code = cli_main(["savepoint", "--rest", jm.url, "--job", JOB, "--target", f"file://{tmp_path}/savepoints",
-                         "--json"])
+        code = cli_main(
+            ["savepoint", "--rest", jm.url, "--job", JOB, "--target", f"file://{tmp_path}/savepoints", "--json"]
+        )
     out = capsys.readouterr().out
     assert code == 0, out
     assert json.loads(out)["state_info"] == str(sp / STATE_INFO_FILE)
     assert (sp / STATE_INFO_FILE).is_file()
     post = [r for r in jm.requests if r[0] == "POST"]
-    assert post == [("POST", f"/jobs/{JOB}/savepoints",
-                     {"cancel-job": False, "formatType": "CANONICAL", "target-directory": f"file://{tmp_path}/savepoints"})]
+    assert post == [
+        (
+            "POST",
+            f"/jobs/{JOB}/savepoints",
+            {"cancel-job": False, "formatType": "CANONICAL", "target-directory": f"file://{tmp_path}/savepoints"},
+        )
+    ]
 
 
 def test_stop_with_savepoint(tmp_path, capsys):
@@ -105,11 +120,14 @@ def test_stop_with_savepoint(tmp_path, capsys):
     assert ("POST", f"/jobs/{JOB}/stop", {"drain": False, "formatType": "CANONICAL"}) in jm.requests
 
 
-@pytest.mark.parametrize("mode,args,message", [
-    ("hang", ["--timeout", "1"], "did not complete within 1s"),
-    ("fail", [], "failed: CheckpointException: Checkpoint Coordinator is suspending"),
-    ("finished", [], "is FINISHED; a savepoint needs a running job"),
-])
+@pytest.mark.parametrize(
+    "mode,args,message",
+    [
+        ("hang", ["--timeout", "1"], "did not complete within 1s"),
+        ("fail", [], "failed: CheckpointException: Checkpoint Coordinator is suspending"),
+        ("finished", [], "is FINISHED; a savepoint needs a running job"),
+    ],
+)
 def test_rest_failures_are_clear(mode, args, message, capsys):
     with FakeJobManager(mode) as jm:
         code = cli_main(["savepoint", "--rest", jm.url, "--job", JOB, *args])

@@ -143,8 +143,13 @@ class Cluster:
         self.conf = work / "conf"
         self.rest_port = _free_port()
         self.url = f"http://127.0.0.1:{self.rest_port}"
-        self.env = dict(os.environ, FLINK_CONF_DIR=str(self.conf), FLINK_LOG_DIR=str(work / "log"),
-                        FLINK_PID_DIR=str(work / "pid"), TMPDIR=str(work / "tmp"))
+        self.env = dict(
+            os.environ,
+            FLINK_CONF_DIR=str(self.conf),
+            FLINK_LOG_DIR=str(work / "log"),
+            FLINK_PID_DIR=str(work / "pid"),
+            TMPDIR=str(work / "tmp"),
+        )
         self.env.pop("FLINK_HOME", None)
         if not self.env.get("JAVA_HOME") and shutil.which("java"):
             self.env["JAVA_HOME"] = str(Path(os.path.realpath(shutil.which("java"))).parents[1])
@@ -187,8 +192,14 @@ class Cluster:
         (self.conf / "masters").write_text(f"localhost:{self.rest_port}\n")
 
     def start(self):
-        subprocess.run(["bash", str(self.home / "bin" / "start-cluster.sh")], env=self.env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=START_TIMEOUT)
+        subprocess.run(
+            ["bash", str(self.home / "bin" / "start-cluster.sh")],
+            env=self.env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=START_TIMEOUT,
+        )
         _wait(lambda: _get(f"{self.url}/taskmanagers")["taskmanagers"], START_TIMEOUT, "a registered TaskManager")
 
     def pids(self) -> list[int]:
@@ -202,8 +213,13 @@ class Cluster:
         # A TaskManager's Python workers (beam_boot and its tee) can outlive it, orphaned.
         started = _descendants(pids)
         try:
-            subprocess.run(["bash", str(self.home / "bin" / "stop-cluster.sh")], env=self.env, timeout=120,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            subprocess.run(
+                ["bash", str(self.home / "bin" / "stop-cluster.sh")],
+                env=self.env,
+                timeout=120,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             pass
         # Only the daemons this test started (their pid files live in our own pid dir).
@@ -292,9 +308,23 @@ def _submit(cluster: Cluster) -> tuple[str, Path]:
     descriptors = work / "descriptors.json"
     statecat_site = sysconfig.get_paths()["purelib"]
     proc = subprocess.run(
-        ["bash", str(cluster.home / "bin" / "flink"), "run", "-d", "-py", str(work / "job.py"),
-         str(work / "input"), str(descriptors), statecat_site],
-        env=cluster.env, capture_output=True, text=True, timeout=SUBMIT_TIMEOUT, cwd=work)
+        [
+            "bash",
+            str(cluster.home / "bin" / "flink"),
+            "run",
+            "-d",
+            "-py",
+            str(work / "job.py"),
+            str(work / "input"),
+            str(descriptors),
+            statecat_site,
+        ],
+        env=cluster.env,
+        capture_output=True,
+        text=True,
+        timeout=SUBMIT_TIMEOUT,
+        cwd=work,
+    )
     found = re.search(r"JobID ([0-9a-f]{32})", proc.stdout + proc.stderr)
     assert found, f"job submission failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     return found.group(1), descriptors
@@ -323,8 +353,22 @@ def test_savepoint_via_rest_is_read_through_its_state_info(cluster, job, tmp_pat
     job_id, descriptors = job
 
     target = cluster.work / "savepoints-statecat"
-    code = cli_main(["savepoint", "--rest", cluster.url, "--job", job_id, "--target", f"file://{target}",
-                     "--descriptors", str(descriptors), "--timeout", "180", "--json"])
+    code = cli_main(
+        [
+            "savepoint",
+            "--rest",
+            cluster.url,
+            "--job",
+            job_id,
+            "--target",
+            f"file://{target}",
+            "--descriptors",
+            str(descriptors),
+            "--timeout",
+            "180",
+            "--json",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0, out
     result = json.loads(out.strip().splitlines()[-1])
@@ -376,10 +420,14 @@ def test_savepoint_via_rest_is_read_through_its_state_info(cluster, job, tmp_pat
 
 def _trigger(cluster: Cluster, job_id: str, target: Path) -> str:
     """A savepoint through the REST API directly (not statecat), as any other tool would take one."""
-    request = urllib.request.Request(f"{cluster.url}/jobs/{job_id}/savepoints", method="POST",
-                                     data=json.dumps({"target-directory": f"file://{target}", "cancel-job": False,
-                                                      "formatType": "CANONICAL"}).encode(),
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"{cluster.url}/jobs/{job_id}/savepoints",
+        method="POST",
+        data=json.dumps(
+            {"target-directory": f"file://{target}", "cancel-job": False, "formatType": "CANONICAL"}
+        ).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=30) as r:
         trigger = json.loads(r.read())["request-id"]
 
@@ -389,6 +437,7 @@ def _trigger(cluster: Cluster, job_id: str, target: Path) -> str:
             return None
         assert "location" in status["operation"], status
         return status["operation"]["location"]
+
     return _wait(done, 120, "the savepoint to complete").removeprefix("file:")
 
 
@@ -401,8 +450,11 @@ def test_watch_snapshots_each_new_savepoint_and_checkpoint_once(cluster, job, tm
     exe = Path(sys.executable).with_name("statecat")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "statecat.catalog.cli"]
     with open(log, "w") as out:
-        watcher = subprocess.Popen(cmd + ["watch", str(watched), str(checkpoints), "--interval", "0.2",
-                                          "--descriptors", str(descriptors)], stdout=out, stderr=subprocess.STDOUT)
+        watcher = subprocess.Popen(
+            cmd + ["watch", str(watched), str(checkpoints), "--interval", "0.2", "--descriptors", str(descriptors)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         savepoints = [Path(_trigger(cluster, job_id, watched)) for _ in range(2)]
         _wait(lambda: all((sp / STATE_INFO_FILE).exists() for sp in savepoints), 60, "stateInfo of both savepoints")
@@ -424,7 +476,11 @@ def test_watch_snapshots_each_new_savepoint_and_checkpoint_once(cluster, job, tm
     assert any("/chk-" in w for w in wrote), text
     # a restarted watcher has nothing to do for the savepoints
     stamps = [(sp / STATE_INFO_FILE).stat().st_mtime_ns for sp in savepoints]
-    again = subprocess.run(cmd + ["watch", str(watched), "--once", "--descriptors", str(descriptors)],
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        cmd + ["watch", str(watched), "--once", "--descriptors", str(descriptors)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0 and " wrote " not in again.stdout + again.stderr, again.stderr
     assert [(sp / STATE_INFO_FILE).stat().st_mtime_ns for sp in savepoints] == stamps

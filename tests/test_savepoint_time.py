@@ -137,5 +137,6 @@ def test_a_state_info_without_a_time_record_still_reads(tmp_path):
     assert savepoint_time(str(sp)) == (COMPLETED, SOURCE_FILE)
     from_doc = read_state_info(savepoint=str(sp))  # raises when the document does not describe the savepoint
     derived = load_state_meta(str(sp), use_state_info=False)
-    assert [(op.id, [s.name for s in op.states]) for op in from_doc.operators] == \
-        [(op.id, [s.name for s in op.states]) for op in derived.operators]
+    assert [(op.id, [s.name for s in op.states]) for op in from_doc.operators] == [
+        (op.id, [s.name for s in op.states]) for op in derived.operators
+    ]

@@ -46,8 +46,15 @@ def _statecat_command() -> list[str]:
 
 
 def _statecat(*args, home: Path, cwd: Path, **env):
-    return subprocess.run(_statecat_command() + list(args), cwd=cwd, env=_env(home, **env), capture_output=True,
-                          text=True, timeout=TIMEOUT, check=False)
+    return subprocess.run(
+        _statecat_command() + list(args),
+        cwd=cwd,
+        env=_env(home, **env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
 
 
 def _free_port() -> int:
@@ -94,9 +101,15 @@ class Server:
         with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
             # Its own process group: teardown can kill the JVM and Python workers with it.
             self.process = subprocess.Popen(
-                _statecat_command() + ["serve", "--home", str(home), "--port", str(port), "--poll", str(POLL_SECONDS),
-                                       str(root)],
-                cwd=work, env=_env(home), stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+                _statecat_command()
+                + ["serve", "--home", str(home), "--port", str(port), "--poll", str(POLL_SECONDS), str(root)],
+                cwd=work,
+                env=_env(home),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
 
     def log(self) -> str:
         return self.stdout.read_text() + self.stderr.read_text()[-4000:]
@@ -109,6 +122,7 @@ class Server:
             if serve_json.exists() and "serving on" in self.stdout.read_text():
                 return json.loads(serve_json.read_text())
             return None
+
         return _until(ready, START_TIMEOUT, "statecat serve to be ready")
 
     def connect(self):
@@ -198,8 +212,12 @@ def test_a_fresh_hive_client_never_loads_hive_s_function_registry(tmp_path):
 
 def test_serve_json_and_the_line_name_the_server(server):
     info = server.info
-    assert (info["host"], info["port"], info["auth"], info["pid"]) == ("127.0.0.1", server.port, "none",
-                                                                      server.process.pid)
+    assert (info["host"], info["port"], info["auth"], info["pid"]) == (
+        "127.0.0.1",
+        server.port,
+        "none",
+        server.process.pid,
+    )
     lines = server.stdout.read_text().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"serving on jdbc:hive2://127.0.0.1:{server.port}/ ")
 
@@ -243,18 +261,32 @@ def test_four_clients_at_once_get_the_expected_state(server):
         except threading.BrokenBarrierError as exc:
             answers["beeline"] = exc
             return
-        done = subprocess.run([str(beeline), "-u", f"jdbc:hive2://127.0.0.1:{server.port}/", "--silent=true",
-                               "--outputformat=csv2", "-e", query],
-                              env=_env(server.home), capture_output=True, text=True, timeout=TIMEOUT, check=False)
+        done = subprocess.run(
+            [
+                str(beeline),
+                "-u",
+                f"jdbc:hive2://127.0.0.1:{server.port}/",
+                "--silent=true",
+                "--outputformat=csv2",
+                "-e",
+                query,
+            ],
+            env=_env(server.home),
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            check=False,
+        )
         lines = done.stdout.splitlines()
         # csv2: the header (after beeline's prompt, echoed on the same line), then the rows; other lines
         # (a JVM warning) may follow.
         header = next((i for i, line in enumerate(lines) if line.endswith("key,f0,f1")), None)
         if done.returncode != 0 or header is None:
-            answers["beeline"] = AssertionError(f"beeline exited {done.returncode}: {done.stdout[:500]} "
-                                                f"{done.stderr[-2000:]}")
+            answers["beeline"] = AssertionError(
+                f"beeline exited {done.returncode}: {done.stdout[:500]} {done.stderr[-2000:]}"
+            )
             return
-        rows = [line.split(",") for line in lines[header + 1:] if line.startswith("key_")]
+        rows = [line.split(",") for line in lines[header + 1 :] if line.startswith("key_")]
         answers["beeline"] = {k: (int(a), int(b)) for k, a, b in rows}
 
     threads = [threading.Thread(target=beeline_client)]
@@ -274,6 +306,7 @@ def test_a_client_leaving_keeps_the_other_sessions_resources(server):
     """Hive deletes a session's resources directory when the session closes. Each JDBC session has its
     own, so one client leaving cannot pull it from under the others (a shared one did, and a session
     opening at that moment failed "Couldn't create directory .../resources")."""
+
     def session_dirs() -> set[Path]:
         return set(server.home.glob("statecat-spark-*/resources/*"))
 
@@ -314,8 +347,11 @@ def test_a_damaged_savepoint_is_logged_and_skipped(server):
     broken = server.root / "broken"
     broken.mkdir()
     (broken / "_metadata").write_bytes(b"\x00\x01not a savepoint" * 8)
-    _until(lambda: f"skipping {broken} until its _metadata changes" in server.stderr.read_text(), TIMEOUT,
-           "serve to skip the damaged savepoint")
+    _until(
+        lambda: f"skipping {broken} until its _metadata changes" in server.stderr.read_text(),
+        TIMEOUT,
+        "serve to skip the damaged savepoint",
+    )
     assert server.query("SHOW DATABASES LIKE 'broken'") == []
     assert server.query(f"SELECT value.f1 FROM {DATABASE}.accstate WHERE key = 'key_662'") == [(336,)]
 
@@ -329,13 +365,17 @@ def test_a_savepoint_is_attached_once_it_is_complete(server):
 
     def said_waiting():
         return "waiting for" in server.stderr.read_text() and str(late) in server.stderr.read_text()
+
     _until(said_waiting, TIMEOUT, "serve to notice the incomplete savepoint")
     assert server.query("SHOW DATABASES LIKE 'late'") == []
     for path in state_files:
         shutil.copy(path, late / path.name)
     # The database is created before its tables: wait for the table the query reads.
-    _until(lambda: server.query("SHOW DATABASES LIKE 'late'") and server.query("SHOW TABLES IN late LIKE 'accstate'"),
-           TIMEOUT, "serve to attach the completed savepoint")
+    _until(
+        lambda: server.query("SHOW DATABASES LIKE 'late'") and server.query("SHOW TABLES IN late LIKE 'accstate'"),
+        TIMEOUT,
+        "serve to attach the completed savepoint",
+    )
     rows = server.query("SELECT key, value.f0, value.f1 FROM late.accstate")
     assert {key: (f0, f1) for key, f0, f1 in rows} == expected_accstate(LATE_CASE)
 
@@ -353,17 +393,22 @@ def test_statecat_attach_in_another_process_while_it_serves(server, tmp_path):
 def test_statecat_sql_through_the_server_prints_what_the_local_path_prints(server, tmp_path):
     queries = [
         ("table", f"SELECT key, value.f0 AS count, value.f1 AS total FROM {DATABASE}.accstate WHERE key = 'key_662'"),
-        ("json", f"SELECT s.database, s.checkpoint_id, s.time, a.key, a.value FROM statecat.savepoints s "
-                 f"JOIN {DATABASE}.accstate a ON a.key IN ('key_0', 'key_662') WHERE s.database = '{DATABASE}' "
-                 "ORDER BY a.key"),
+        (
+            "json",
+            f"SELECT s.database, s.checkpoint_id, s.time, a.key, a.value FROM statecat.savepoints s "
+            f"JOIN {DATABASE}.accstate a ON a.key IN ('key_0', 'key_662') WHERE s.database = '{DATABASE}' "
+            "ORDER BY a.key",
+        ),
     ]
     for fmt, query in queries:
         # No Java for this process: only the server can answer.
-        routed = _statecat("sql", "--format", fmt, query, home=server.home, cwd=tmp_path, JAVA_HOME="/nonexistent",
-                           PATH=str(BIN))
+        routed = _statecat(
+            "sql", "--format", fmt, query, home=server.home, cwd=tmp_path, JAVA_HOME="/nonexistent", PATH=str(BIN)
+        )
         assert routed.returncode == 0, routed.stderr[-3000:]
-        local = _statecat("sql", "--format", fmt, "--attach", str(server.root / CASE), query, home=server.home,
-                          cwd=tmp_path)
+        local = _statecat(
+            "sql", "--format", fmt, "--attach", str(server.root / CASE), query, home=server.home, cwd=tmp_path
+        )
         assert local.returncode == 0, local.stderr[-3000:]
         assert routed.stdout == local.stdout
     expected = expected_accstate(CASE)
@@ -373,8 +418,14 @@ def test_statecat_sql_through_the_server_prints_what_the_local_path_prints(serve
 
 
 def test_statecat_sql_reports_a_server_side_error_as_one_line(server, tmp_path):
-    done = _statecat("sql", f"SELECT 1 / 0 FROM {DATABASE}.accstate", home=server.home, cwd=tmp_path,
-                     JAVA_HOME="/nonexistent", PATH=str(BIN))
+    done = _statecat(
+        "sql",
+        f"SELECT 1 / 0 FROM {DATABASE}.accstate",
+        home=server.home,
+        cwd=tmp_path,
+        JAVA_HOME="/nonexistent",
+        PATH=str(BIN),
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("statecat: error: [DIVIDE_BY_ZERO] Division by zero.")
     assert done.stderr.count("\n") == 1
@@ -392,11 +443,20 @@ def test_nested_values_from_the_server_read_back_as_the_local_path_shows_them():
 
 
 def test_exposed_bind_without_auth_is_refused(tmp_path):
-    done = _statecat("serve", "--bind", "0.0.0.0", "--port", str(_free_port()), str(savepoint_dir(CASE)),
-                     home=tmp_path / "home", cwd=tmp_path)
+    done = _statecat(
+        "serve",
+        "--bind",
+        "0.0.0.0",
+        "--port",
+        str(_free_port()),
+        str(savepoint_dir(CASE)),
+        home=tmp_path / "home",
+        cwd=tmp_path,
+    )
     assert done.returncode == 2
-    assert done.stderr.startswith("statecat: error: --bind 0.0.0.0 exposes the savepoints beyond this machine "
-                                  "and needs --auth")
+    assert done.stderr.startswith(
+        "statecat: error: --bind 0.0.0.0 exposes the savepoints beyond this machine and needs --auth"
+    )
     assert done.stderr.count("\n") == 1
     assert not (tmp_path / "home").exists()  # refused before anything was started
 

@@ -36,8 +36,9 @@ def _statecat_command(*args) -> list[str]:
 
 
 def _run(command, home: Path, cwd: Path, **env):
-    return subprocess.run(command, cwd=cwd, env=_env(home, **env), capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    return subprocess.run(
+        command, cwd=cwd, env=_env(home, **env), capture_output=True, text=True, timeout=TIMEOUT, check=False
+    )
 
 
 def _expected_value(case: str, state: str, key: str):
@@ -99,8 +100,16 @@ def _run_everything_at_once(home: Path, tmp_path: Path, conf_dir: str, server) -
     commands = {
         "statecat spark-sql": _statecat_command("spark-sql", "-S", "-e", query),
         "plain spark-sql": [str(BIN / "spark-sql"), "-S", "-e", query],
-        "beeline": [str(beeline), "-u", f"jdbc:hive2://127.0.0.1:{server.port}/", "--silent=true",
-                    "--outputformat=tsv2", "--showHeader=false", "-e", lookup],
+        "beeline": [
+            str(beeline),
+            "-u",
+            f"jdbc:hive2://127.0.0.1:{server.port}/",
+            "--silent=true",
+            "--outputformat=tsv2",
+            "--showHeader=false",
+            "-e",
+            lookup,
+        ],
         "statecat sql": _statecat_command("sql", "--format", "csv", lookup),
         "statecat attach": _statecat_command("attach", str(CASES_DIR / JOIN)),
     }
@@ -114,9 +123,12 @@ def _run_everything_at_once(home: Path, tmp_path: Path, conf_dir: str, server) -
             python_client["rows"] = exc
 
     thread = threading.Thread(target=python_query)
-    started = {name: subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True)
-               for name, command in commands.items()}
+    started = {
+        name: subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for name, command in commands.items()
+    }
     thread.start()
     done = {name: process.communicate(timeout=TIMEOUT) for name, process in started.items()}
     thread.join(TIMEOUT)
@@ -130,8 +142,10 @@ def _run_everything_at_once(home: Path, tmp_path: Path, conf_dir: str, server) -
     assert [line.rsplit("> ", 1)[-1] for line in done["beeline"][0].splitlines() if "key_662" in line] == [want[0]]
     assert python_client["rows"] == [("key_662", value["f0"], value["f1"])]
     assert done["statecat sql"][0].splitlines() == ["key,f0,f1", f"key_662,{value['f0']},{value['f1']}"]
-    assert any(line.startswith("sql_join_2_3\t") and line.endswith("\tattached")
-               for line in done["statecat attach"][0].splitlines())
+    assert any(
+        line.startswith("sql_join_2_3\t") and line.endswith("\tattached")
+        for line in done["statecat attach"][0].splitlines()
+    )
     for name in ("statecat spark-sql", "plain spark-sql"):
         assert "XSDB6" not in done[name][1] and "Traceback" not in done[name][1], name
 
@@ -147,8 +161,17 @@ def _run_everything_at_once(home: Path, tmp_path: Path, conf_dir: str, server) -
 @pytest.mark.spark
 def test_racing_starts_share_one_server_which_stops_on_request_and_when_idle(tmp_path):
     home = tmp_path / "home"
-    racing = [subprocess.Popen(_statecat_command("metastore", "start"), cwd=tmp_path, env=_env(home),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    racing = [
+        subprocess.Popen(
+            _statecat_command("metastore", "start"),
+            cwd=tmp_path,
+            env=_env(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outputs = [p.communicate(timeout=TIMEOUT) for p in racing]
     assert [p.returncode for p in racing] == [0, 0, 0], [err for _, err in outputs]
     uris = {out.split(": ", 1)[1].split(" ")[0] for out, _ in outputs}
@@ -187,8 +210,10 @@ def test_a_production_hive_site_is_used_as_is(tmp_path, monkeypatch):
 
     conf = tmp_path / "spark-conf"
     conf.mkdir()
-    (conf / "hive-site.xml").write_text("<configuration><property><name>hive.metastore.uris</name>"
-                                        "<value>thrift://metastore.example:9083</value></property></configuration>")
+    (conf / "hive-site.xml").write_text(
+        "<configuration><property><name>hive.metastore.uris</name>"
+        "<value>thrift://metastore.example:9083</value></property></configuration>"
+    )
     monkeypatch.setenv("SPARK_CONF_DIR", str(conf))
     monkeypatch.delenv("STATECAT_HOME", raising=False)
     assert resolve_home(None) is None  # Spark's own conf names the metastore: statecat starts none
@@ -196,6 +221,13 @@ def test_a_production_hive_site_is_used_as_is(tmp_path, monkeypatch):
     monkeypatch.setenv("STATECAT_HOME", str(tmp_path / "env"))
     assert resolve_home(None) == str(tmp_path / "env")
     env = dict(os.environ, SPARK_CONF_DIR=str(conf), STATECAT_HOME="")
-    done = subprocess.run(_statecat_command("metastore"), cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    done = subprocess.run(
+        _statecat_command("metastore"),
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert done.returncode == 2 and done.stderr.count("statecat: error:") == 1 and "hive-site.xml" in done.stderr

@@ -35,15 +35,26 @@ def test_eight_concurrent_snapshots_write_one_state_info(tmp_path):
     (savepoint / STATE_INFO_FILE).unlink(missing_ok=True)
     files_before = sorted(p.name for p in savepoint.iterdir())
     # What one run writes, alone.
-    single = subprocess.run([sys.executable, "-m", "statecat.catalog.cli", "snapshot", str(savepoint)],
-                            capture_output=True, text=True, timeout=TIMEOUT)
+    single = subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", "snapshot", str(savepoint)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert single.returncode == 0, single.stderr
     expected = _content(savepoint / STATE_INFO_FILE)
     (savepoint / STATE_INFO_FILE).unlink()
 
-    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(savepoint)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for _ in range(PROCESSES)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(savepoint)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(PROCESSES)
+    ]
     for child in children:
         child.stdin.write("x")
         child.stdin.flush()
@@ -61,7 +72,11 @@ def test_eight_concurrent_snapshots_write_one_state_info(tmp_path):
     assert read_state_info(savepoint=str(savepoint)) == load_state_meta(str(savepoint), use_state_info=False)
     # Afterwards a run finds it current and leaves it as it is.
     stamp = (savepoint / STATE_INFO_FILE).stat().st_mtime_ns
-    again = subprocess.run([sys.executable, "-m", "statecat.catalog.cli", "snapshot", str(savepoint), "--json"],
-                           capture_output=True, text=True, timeout=TIMEOUT)
+    again = subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", "snapshot", str(savepoint), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert again.returncode == 0 and json.loads(again.stdout)["written"] is False
     assert (savepoint / STATE_INFO_FILE).stat().st_mtime_ns == stamp

@@ -53,8 +53,12 @@ def test_file_split_position_is_the_lines_the_job_had_read(filesource):
     count = _value(reader, "count", names["file_count"])
     last = _value(reader, "last", names["file_count"])
     # Which input line the counter stopped at, from the input itself.
-    where = [(name, i) for name in expected["files"] for i, line in enumerate(_input_lines(name))
-             if line == (last + "\n").encode()]
+    where = [
+        (name, i)
+        for name in expected["files"]
+        for i, line in enumerate(_input_lines(name))
+        if line == (last + "\n").encode()
+    ]
     assert len(where) == 1, last
     name, index = where[0]
     assert count == index + 1  # the job read the file in order, one line per record
@@ -73,8 +77,8 @@ def test_file_split_position_is_the_lines_the_job_had_read(filesource):
     assert file["records_to_skip"] == count
     lines = _input_lines(name)
     assert 0 < count < len(lines), "the savepoint must land mid-file"
-    resume_at = file["offset"] + sum(len(line) for line in lines[:file["records_to_skip"]])
-    assert resume_at == sum(len(line) for line in lines[:index + 1])  # the byte after the last line read
+    resume_at = file["offset"] + sum(len(line) for line in lines[: file["records_to_skip"]])
+    assert resume_at == sum(len(line) for line in lines[: index + 1])  # the byte after the last line read
     assert 0 < resume_at < size
     # the element's bytes as stored: version + length + the split
     assert value["raw"][:8] == (1).to_bytes(4, "big") + (len(value["raw"]) - 8).to_bytes(4, "big")
@@ -121,9 +125,14 @@ def _kafka_expected_split(entry: dict) -> dict:
     markers_start = {-1: "latest", -2: "earliest", -3: "committed", LONG_MIN: "migrated"}
     markers_stop = {-1: "latest", -3: "committed"}
     stop = entry["stopping_offset"]
-    return {"topic": entry["topic"], "partition": entry["partition"],
-            "starting_offset": entry["starting_offset"], "starting_marker": markers_start.get(entry["starting_offset"]),
-            "stopping_offset": None if stop == LONG_MIN else stop, "stopping_marker": markers_stop.get(stop)}
+    return {
+        "topic": entry["topic"],
+        "partition": entry["partition"],
+        "starting_offset": entry["starting_offset"],
+        "starting_marker": markers_start.get(entry["starting_offset"]),
+        "stopping_offset": None if stop == LONG_MIN else stop,
+        "stopping_marker": markers_stop.get(stop),
+    }
 
 
 def test_kafka_splits_from_the_connector_serializer():
@@ -225,8 +234,16 @@ def test_schema_is_the_same_for_every_source():
         by_name.setdefault(name, set()).add(typ)
     assert {name: len(types) for name, types in by_name.items()} == {SOURCE_READER_STATE: 1, "_coordinator": 1}
     split_type = next(iter(by_name[SOURCE_READER_STATE]))
-    assert [f.name for f in split_type] == ["connector", "split_version", "split_id", "file", "kafka",
-                                            "number_sequence", "raw", "reason"]
+    assert [f.name for f in split_type] == [
+        "connector",
+        "split_version",
+        "split_id",
+        "file",
+        "kafka",
+        "number_sequence",
+        "raw",
+        "reason",
+    ]
     assert split_type.field("raw").type == pa.binary()
 
 
@@ -244,13 +261,19 @@ def test_positions_in_spark_sql(tmp_path_factory, filesource):
     tables = {r.tableName for r in sql(spark, f"SHOW TABLES IN {database}").collect()}
     split_tables = sorted(t for t in tables if t.endswith("sourcereaderstate"))
     file_table = next(t for t in split_tables if "file" in t)
-    [row] = sql(spark, f"SELECT subtask, value.connector, value.file.path, value.file.records_to_skip, "
-                       f"value.file.reader_offset, length(value.raw) FROM {database}.{file_table}").collect()
+    [row] = sql(
+        spark,
+        f"SELECT subtask, value.connector, value.file.path, value.file.records_to_skip, "
+        f"value.file.reader_offset, length(value.raw) FROM {database}.{file_table}",
+    ).collect()
     count = _value(reader, "count", expected["operators"]["file_count"])
     assert (row[0], row[1], row[3], row[4]) == (0, "file", count, -1) and row[2].endswith(".txt") and row[5] > 8
     coordinator = next(t for t in tables if "file" in t and t.endswith("coordinator"))
-    [row] = sql(spark, f"SELECT value.connector, size(value.file.pending_splits), "
-                       f"size(value.file.processed_paths) FROM {database}.{coordinator}").collect()
+    [row] = sql(
+        spark,
+        f"SELECT value.connector, size(value.file.pending_splits), "
+        f"size(value.file.processed_paths) FROM {database}.{coordinator}",
+    ).collect()
     assert tuple(row) == ("file", 1, len(expected["files"]))
 
 
@@ -261,10 +284,15 @@ def test_damaged_positions_are_kept_as_bytes_never_raise(filesource):
 
     reader, expected = filesource
     names = expected["operators"]
-    seeds = [reader.table(SOURCE_READER_STATE, names[n]).to_pylist()[0]["value"]["raw"]
-             for n in ("file_source", "number_source")]
-    blobs = [_value(reader, "_coordinator", names["file_source"])["raw"],
-             (KAFKA / "coordinator_v3.bin").read_bytes(), (KAFKA / "coordinator_v2.bin").read_bytes()]
+    seeds = [
+        reader.table(SOURCE_READER_STATE, names[n]).to_pylist()[0]["value"]["raw"]
+        for n in ("file_source", "number_source")
+    ]
+    blobs = [
+        _value(reader, "_coordinator", names["file_source"])["raw"],
+        (KAFKA / "coordinator_v3.bin").read_bytes(),
+        (KAFKA / "coordinator_v2.bin").read_bytes(),
+    ]
     rng = random.Random(11)
     outcomes = set()
     for i in range(3000):
@@ -281,7 +309,7 @@ def test_damaged_positions_are_kept_as_bytes_never_raise(filesource):
         elif kind == "insert":
             data[at:at] = bytes(rng.randrange(256) for _ in range(rng.randrange(1, 9)))
         else:
-            data[at:at + 4] = b"\x7f\xff\xff\xff"
+            data[at : at + 4] = b"\x7f\xff\xff\xff"
         value = decode(bytes(data))
         assert value["raw"] == bytes(data)
         assert (value["connector"] is not None) or value["reason"], value

@@ -41,9 +41,20 @@ def expected_rows(name: str) -> list[tuple]:
 
         meta = load_state_meta(str(savepoint_dir("sql_groupby_hashmap_2.3")))
         tables = state_table_names(meta)
-        rows = [(op.name, s.name, s.kind, s.state_type, s.key.describe() if s.key else None,
-                 s.namespace.describe() if s.namespace else None, s.value.describe(), s.decode_status,
-                 tables[(op.id, s.name)]) for op, s in meta.states()]
+        rows = [
+            (
+                op.name,
+                s.name,
+                s.kind,
+                s.state_type,
+                s.key.describe() if s.key else None,
+                s.namespace.describe() if s.namespace else None,
+                s.value.describe(),
+                s.decode_status,
+                tables[(op.id, s.name)],
+            )
+            for op, s in meta.states()
+        ]
         return sorted(rows, key=lambda r: (r[0], r[1]))
     if name.startswith("02_"):
         # The job (a filesystem table: a FileSource) waited for all its input before the savepoint:
@@ -56,8 +67,10 @@ def expected_rows(name: str) -> list[tuple]:
         return [("key_662", row["value"]["f0"], row["value"]["f1"])]
     if name.startswith("04_"):
         rows = [r for r in _state("sql_window_2.3", "window-aggs")["rows"] if r["key"] == "w_8"]
-        return [(r["key"], r["namespace"], _utc(r["namespace"]), r["value"]["f0"], r["value"]["f1"])
-                for r in sorted(rows, key=lambda r: r["namespace"])]
+        return [
+            (r["key"], r["namespace"], _utc(r["namespace"]), r["value"]["f0"], r["value"]["f1"])
+            for r in sorted(rows, key=lambda r: r["namespace"])
+        ]
     if name.startswith("05_"):
         left = next(r for r in _state("sql_join_2.3", "left-records")["rows"] if r["key"] == "j_0")
         right = next(r for r in _state("sql_join_2.3", "right-records")["rows"] if r["key"] == "j_0")
@@ -73,15 +86,21 @@ def expected_rows(name: str) -> list[tuple]:
                 states[r["key"]] = states.get(r["key"], 0) + 1
         return [(k, states[k], n) for k, n in entries.items()]  # compared by check_largest_keys
     if name.startswith("07_"):
-        rows = [r for r in _state("sql_window_2.3", "_timer_state/event_window-timers")["rows"]
-                if r["value"] < TIMERS_BEFORE_MS]
-        return [(r["key"], r["namespace"], r["value"], _utc(r["value"]))
-                for r in sorted(rows, key=lambda r: (r["value"], r["key"]))]
+        rows = [
+            r
+            for r in _state("sql_window_2.3", "_timer_state/event_window-timers")["rows"]
+            if r["value"] < TIMERS_BEFORE_MS
+        ]
+        return [
+            (r["key"], r["namespace"], r["value"], _utc(r["value"]))
+            for r in sorted(rows, key=lambda r: (r["value"], r["key"]))
+        ]
     if name.startswith("08_"):
         return _bytes_per_state_rows(["sql_groupby_hashmap_2.3", "sql_join_2.3", "sql_window_2.3"])
     if name.startswith("09_"):
-        return _key_history_rows(["sql_groupby_hashmap_1.20", "sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_2.3"],
-                                 "key_662")
+        return _key_history_rows(
+            ["sql_groupby_hashmap_1.20", "sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_2.3"], "key_662"
+        )
     if name.startswith("10_"):
         return _diff_counts("sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_2.3", "accState")
     raise AssertionError(f"no expected result for example {name}")
@@ -95,8 +114,12 @@ def _bytes_per_state_rows(cases: list[str]) -> list[tuple]:
 
     rows = []
     for case in cases:
-        expected = {s["name"]: len(s["rows"]) for op in load_expected(case)["operators"] for s in op["states"]
-                    if s["rows"] is not None and s["state_type"] != "MAP"}
+        expected = {
+            s["name"]: len(s["rows"])
+            for op in load_expected(case)["operators"]
+            for s in op["states"]
+            if s["rows"] is not None and s["state_type"] != "MAP"
+        }
         for (operator, state), (entries, size, total) in probe_state_bytes(case).items():
             if size > 0:
                 assert state not in expected or expected[state] == entries, (case, state)
@@ -115,8 +138,18 @@ def _key_history_rows(cases: list[str], key: str) -> list[tuple]:
         value = next(r for r in _state(case, "accState")["rows"] if r["key"] == key)["value"]
         taken_at, _ = savepoint_time(str(savepoint_dir(case)))
         database = case.replace(".", "_")
-        rows.append(((taken_at, database), (database, load_state_meta(str(savepoint_dir(case))).checkpoint_id,
-                                            "accState", value["f0"], value["f1"])))
+        rows.append(
+            (
+                (taken_at, database),
+                (
+                    database,
+                    load_state_meta(str(savepoint_dir(case))).checkpoint_id,
+                    "accState",
+                    value["f0"],
+                    value["f1"],
+                ),
+            )
+        )
     return [row for _, row in sorted(rows)]
 
 

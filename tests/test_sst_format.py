@@ -37,8 +37,14 @@ FIXTURES = HERE / "fixtures" / "sst"
 JAVA_SOURCE = HERE / "flink_jobs" / "java" / "SstSamples.java"
 FLINK_VERSIONS = {"2.3": "2.3.0", "1.20": "1.20.5"}  # fixture dir -> Flink release (FRocksDB 8.10, 6.20)
 NATIVE_CASE = HERE / "fixtures" / "cases" / "sql_groupby_native_rocksdb_2.3"
-COMPRESSION_NAMES = {"NO_COMPRESSION": "NoCompression", "SNAPPY_COMPRESSION": "Snappy", "LZ4_COMPRESSION": "LZ4",
-                     "LZ4HC_COMPRESSION": "LZ4HC", "ZSTD_COMPRESSION": "ZSTD", "ZLIB_COMPRESSION": "Zlib"}
+COMPRESSION_NAMES = {
+    "NO_COMPRESSION": "NoCompression",
+    "SNAPPY_COMPRESSION": "Snappy",
+    "LZ4_COMPRESSION": "LZ4",
+    "LZ4HC_COMPRESSION": "LZ4HC",
+    "ZSTD_COMPRESSION": "ZSTD",
+    "ZLIB_COMPRESSION": "Zlib",
+}
 
 
 def load_truth(directory: Path) -> dict:
@@ -143,8 +149,8 @@ def test_decoded_block_arrays():
         assert int(block.key_len.sum()) == block.keys.shape[0]
         data = block.data.tobytes()
         for i in range(len(block)):
-            key = block.keys[block.key_start[i]:block.key_start[i] + block.key_len[i]].tobytes()
-            value = data[block.value_start[i]:block.value_start[i] + block.value_len[i]]
+            key = block.keys[block.key_start[i] : block.key_start[i] + block.key_len[i]].tobytes()
+            value = data[block.value_start[i] : block.value_start[i] + block.value_len[i]]
             rebuilt.append((key, int(block.seq[i]), int(block.vtype[i]), value))
     assert rebuilt == list(f.entries())
 
@@ -154,8 +160,15 @@ def test_key_ranges_read_only_their_blocks(name):
     cf, files = family("2.3", name)
     truth = [(bytes.fromhex(k), bytes.fromhex(v)) for k, v in cf["entries"]]
     keys = [k for k, _ in truth]
-    for lower, upper in [(keys[5], keys[9]), (None, keys[3]), (keys[-4], None), (keys[10], keys[10] + b"\0"),
-                         (b"\x00\x01", b"\x00\x02"), (b"\xff", None), (keys[7], keys[7])]:
+    for lower, upper in [
+        (keys[5], keys[9]),
+        (None, keys[3]),
+        (keys[-4], None),
+        (keys[10], keys[10] + b"\0"),
+        (b"\x00\x01", b"\x00\x02"),
+        (b"\xff", None),
+        (keys[7], keys[7]),
+    ]:
         expected = [(k, v) for k, v in truth if (lower is None or k >= lower) and (upper is None or k < upper)]
         assert list(ColumnFamilyView(files).entries(lower, upper)) == expected, (lower, upper)
     # One key: at most the two blocks around its separator, not the others (found through the index).
@@ -191,16 +204,23 @@ def test_overlapping_range_tombstones():
     whose [start, end) holds the key), for nested, overlapping, adjacent and empty ranges."""
     from statecat.readers.sst import RangeTombstones
 
-    tombstones = [(b"b", b"m", 5), (b"d", b"f", 9), (b"e", b"q", 7), (b"q", b"r", 3), (b"x", b"x", 11),
-                  (b"a", b"c", 2), (b"k", b"l", 1)]
+    tombstones = [
+        (b"b", b"m", 5),
+        (b"d", b"f", 9),
+        (b"e", b"q", 7),
+        (b"q", b"r", 3),
+        (b"x", b"x", 11),
+        (b"a", b"c", 2),
+        (b"k", b"l", 1),
+    ]
     index = RangeTombstones(tombstones)
-    for key in [b"", b"a", b"a\0", b"b", b"c", b"d", b"e", b"f", b"g", b"k", b"l", b"m", b"p", b"q", b"r", b"x",
-                b"y"]:
+    for key in [b"", b"a", b"a\0", b"b", b"c", b"d", b"e", b"f", b"g", b"k", b"l", b"m", b"p", b"q", b"r", b"x", b"y"]:
         expected = max([seq for start, end, seq in tombstones if start <= key < end], default=0)
         assert index.covering_seq(key) == expected, key
 
 
 # ---------------------------------------------------------------------- real Flink snapshot files
+
 
 def inline_sst_files(metadata: bytes) -> list[bytes]:
     """SST files stored inline in a `_metadata` (byte stream handles): each ends with the table
@@ -210,8 +230,9 @@ def inline_sst_files(metadata: bytes) -> list[bytes]:
     at = metadata.find(magic)
     while at >= 0:
         end = at + 8
-        start = next(s for s in range(end - FOOTER_LENGTH, 3, -1)
-                     if struct.unpack_from(">i", metadata, s - 4)[0] == end - s)
+        start = next(
+            s for s in range(end - FOOTER_LENGTH, 3, -1) if struct.unpack_from(">i", metadata, s - 4)[0] == end - s
+        )
         out.append(metadata[start:end])
         at = metadata.find(magic, end)
     return out
@@ -231,7 +252,11 @@ def test_real_flink_2_3_native_savepoint():
     for i, blob in enumerate(blobs):
         f = sst_from_bytes(blob, f"_metadata sst {i}")
         assert (f.format_version, f.checksum_type, f.compression, f.index_type_name) == (
-            5, "kXXH3", "Snappy", "kBinarySearch")
+            5,
+            "kXXH3",
+            "Snappy",
+            "kBinarySearch",
+        )
         assert f.column_family == "accState"
         rows = list(ColumnFamilyView([f]).entries())
         assert len(rows) == f.properties["rocksdb.num.entries"]
@@ -239,7 +264,7 @@ def test_real_flink_2_3_native_savepoint():
             # key-group byte, RowData(word) as a 16-byte binary row (8 bytes of null bits, one 8-byte slot
             # holding the string inline: its last byte is 0x80 | length), the namespace byte
             assert len(key) == 22 and struct.unpack_from(">i", key, 1)[0] == 16 and key[20] & 0x80
-            word = key[13:13 + (key[20] & 0x7F)].decode()
+            word = key[13 : 13 + (key[20] & 0x7F)].decode()
             # RowData(cnt, total): length, 8 bytes of null bits, two 8-byte little-endian slots
             assert struct.unpack_from(">i", value)[0] == 24
             seen[word] = struct.unpack_from("<qq", value, 12)
@@ -258,12 +283,14 @@ def test_reads_through_statecat_state_files():
     files = []
     for f in cf["files"]:
         path = FIXTURES / "1.20" / f["name"]
-        files.append(SstFile(StateFile(io.FileIO(path), str(path), path.stat().st_size), str(path),
-                             path.stat().st_size))
+        files.append(
+            SstFile(StateFile(io.FileIO(path), str(path), path.stat().st_size), str(path), path.stat().st_size)
+        )
     assert [[k.hex(), v.hex()] for k, v in ColumnFamilyView(files).entries()] == cf["entries"]
 
 
 # ---------------------------------------------------------------------- damaged files
+
 
 def fixture_bytes(version: str, name: str, index: int = -1) -> tuple[bytes, SstFile]:
     cf, files = family(version, name)
@@ -273,14 +300,22 @@ def fixture_bytes(version: str, name: str, index: int = -1) -> tuple[bytes, SstF
 
 def reseal(data: bytearray, f: SstFile, offset: int, size: int) -> None:
     """Recomputes the trailer checksum of the block at ``offset`` (format_version < 6)."""
-    stored = block_checksum({"kCRC32c": 1, "kxxHash": 2, "kxxHash64": 3, "kXXH3": 4}[f.checksum_type],
-                            bytes(data[offset:offset + size]), data[offset + size])
+    stored = block_checksum(
+        {"kCRC32c": 1, "kxxHash": 2, "kxxHash64": 3, "kXXH3": 4}[f.checksum_type],
+        bytes(data[offset : offset + size]),
+        data[offset + size],
+    )
     struct.pack_into("<I", data, offset + size + 1, stored)
 
 
 def test_flipped_byte_is_a_checksum_mismatch():
-    for version, name in [("2.3", "snappy"), ("2.3", "fv6_xxh3"), ("2.3", "fv2_crc32c"), ("1.20", "fv3_xxhash"),
-                          ("1.20", "fv4_xxhash64")]:
+    for version, name in [
+        ("2.3", "snappy"),
+        ("2.3", "fv6_xxh3"),
+        ("2.3", "fv2_crc32c"),
+        ("1.20", "fv3_xxhash"),
+        ("1.20", "fv4_xxhash64"),
+    ]:
         data, f = fixture_bytes(version, name)
         handle = f.data_block_handles()[2]
         damaged = bytearray(data)
@@ -385,8 +420,12 @@ def test_unknown_compression_and_corrupt_compressed_block():
     reseal(damaged, f, handle.offset, handle.size)
     with pytest.raises(FormatError, match="unknown compression type 9"):
         list(sst_from_bytes(bytes(damaged)).entries())
-    for name, match in [("zstd", "corrupt ZSTD"), ("lz4", "corrupt LZ4"), ("zlib", "corrupt Zlib"),
-                        ("snappy", "corrupt Snappy")]:
+    for name, match in [
+        ("zstd", "corrupt ZSTD"),
+        ("lz4", "corrupt LZ4"),
+        ("zlib", "corrupt Zlib"),
+        ("snappy", "corrupt Snappy"),
+    ]:
         data, f = fixture_bytes("2.3", name)
         handle = f.data_block_handles()[1]
         damaged = bytearray(data)
@@ -405,7 +444,7 @@ def test_other_comparator_and_blob_values_are_unsupported():
     props = f.metaindex[b"rocksdb.properties"]
     damaged = bytearray(data)
     at = data.index(b"leveldb.BytewiseComparator", props.offset)
-    damaged[at:at + 26] = b"leveldb.BytewiseCOMPARATOR"
+    damaged[at : at + 26] = b"leveldb.BytewiseCOMPARATOR"
     reseal(damaged, f, props.offset, props.size)
     with pytest.raises(UnsupportedError, match="comparator"):
         sst_from_bytes(bytes(damaged))
@@ -439,7 +478,7 @@ def test_mutated_files_fail_cleanly():
             if rng.random() < 0.8:
                 data[at] ^= 1 << rng.randrange(8)
             else:
-                del data[at:at + rng.randint(1, 40)]
+                del data[at : at + rng.randint(1, 40)]
         try:
             f = sst_from_bytes(bytes(data), "mutated.sst", verify_checksums=False)
             list(ColumnFamilyView([f]).entries())
@@ -451,6 +490,7 @@ def test_mutated_files_fail_cleanly():
 
 
 # ---------------------------------------------------------------------- fresh files from RocksDB
+
 
 def flink_dist_jar(version: str) -> Path:
     from tests.fixtures import generate
@@ -464,14 +504,18 @@ def sst_samples_command(version: str) -> list[str]:
     from tests.fixtures import generate
 
     jar = flink_dist_jar(version)
-    classes = (generate.flink_cache_dir(version) / "classes"
-               / ("sst-" + hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:16]))
+    classes = (
+        generate.flink_cache_dir(version)
+        / "classes"
+        / ("sst-" + hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:16])
+    )
     if not (classes / "SstSamples.class").is_file():
         classes.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix="javac-", dir=classes.parent))
         try:
-            subprocess.run([generate._jdk_tool("javac"), "-nowarn", "-d", str(tmp), "-cp", str(jar),
-                            str(JAVA_SOURCE)], check=True)
+            subprocess.run(
+                [generate._jdk_tool("javac"), "-nowarn", "-d", str(tmp), "-cp", str(jar), str(JAVA_SOURCE)], check=True
+            )
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -482,8 +526,7 @@ def sst_samples_command(version: str) -> list[str]:
 
 def write_samples(version: str, out: Path, *args: str) -> dict:
     """Runs SstSamples (one JVM at a time on this machine) and returns its truth.json."""
-    subprocess.run(["flock", "/tmp/statecat-heavy.lock", *sst_samples_command(version), str(out), *args],
-                   check=True)
+    subprocess.run(["flock", "/tmp/statecat-heavy.lock", *sst_samples_command(version), str(out), *args], check=True)
     return load_truth(out)
 
 

@@ -55,8 +55,10 @@ def test_state_info_lists_exactly_the_expected_operators_and_states(case, tmp_pa
         op = find_operator(meta, expected_op)
         named.add(op.id)
         listed = by_id[op.id]
-        assert (listed["parallelism"], listed["max_parallelism"]) == (expected_op["parallelism"],
-                                                                      expected_op["max_parallelism"])
+        assert (listed["parallelism"], listed["max_parallelism"]) == (
+            expected_op["parallelism"],
+            expected_op["max_parallelism"],
+        )
         states = {s["name"]: s for s in listed["states"]}
         assert set(states) == {s["name"] for s in expected_op["states"]}
         for st in expected_op["states"]:
@@ -74,8 +76,11 @@ def test_state_info_lists_exactly_the_expected_operators_and_states(case, tmp_pa
     assert tables == state_table_names(meta)  # exactly the catalog's names
     # expected.json leaves out the FLIP-27 sources' own bookkeeping (SourceReaderState, split
     # offsets in bytes); every other operator with state must be one it lists.
-    others = [(op["name"], [s["name"] for s in op["states"]]) for op in doc["operators"]
-              if op["states"] and op["id"] not in named]
+    others = [
+        (op["name"], [s["name"] for s in op["states"]])
+        for op in doc["operators"]
+        if op["states"] and op["id"] not in named
+    ]
     assert all(names == ["SourceReaderState"] for _, names in others), others
 
 
@@ -100,7 +105,7 @@ def test_both_planning_paths_give_the_same_rows(case, tmp_path):
     assert load_fresh_state_info(open_storage(str(sp))) == planned.meta
     for op, state in derived.meta.states():
         a, b = _table_or_error(derived, op, state), _table_or_error(planned, op, state)
-        assert (a.equals(b) if not isinstance(a, str) else a == b), (op.label, state.name)
+        assert a.equals(b) if not isinstance(a, str) else a == b, (op.label, state.name)
 
 
 def _table_or_error(reader, op, state):
@@ -264,6 +269,7 @@ def test_moved_savepoint_keeps_a_valid_state_info(tmp_path):
 
 # ----------------------------------------------------------------------------- PyFlink process-mode fixture
 
+
 def _descriptor_doc(expected: dict) -> dict:
     ops = {}
     for op, st in iter_states(expected):
@@ -319,8 +325,10 @@ def test_pyflink_process_fixture_reads_typed_under_declared_names(case, tmp_path
         columns = [c for c in ("key", "namespace", "value", "subtask") if any(c in r for r in st["rows"])]
         want = sorted(json.dumps({c: r.get(c) for c in columns}, sort_keys=True) for r in st["rows"])
         like = st["rows"][0]
-        got = [json.dumps({c: _comparable(json_value(row[c]), like.get(c)) for c in columns}, sort_keys=True)
-               for row in reader.table(state.name, op.id).to_pylist()]
+        got = [
+            json.dumps({c: _comparable(json_value(row[c]), like.get(c)) for c in columns}, sort_keys=True)
+            for row in reader.table(state.name, op.id).to_pylist()
+        ]
         if state.kind == "broadcast" and "subtask" not in columns:
             got = sorted(set(got))  # every subtask holds the same broadcast state
         assert sorted(got) == want, (case, st["declared_name"])

@@ -69,8 +69,15 @@ PROCESS_MODE_METADATA = (
 DESCRIPTORS = {
     "format": "statecat.descriptors",
     "version": 1,
-    "operators": {"stateful-fn": {"total_amount": "LONG", "items": "LIST<STRING>", "per_tag": "MAP<STRING, LONG>",
-                                  "last": "ROW<tag STRING, v LONG>", "info": "PICKLED"}},
+    "operators": {
+        "stateful-fn": {
+            "total_amount": "LONG",
+            "items": "LIST<STRING>",
+            "per_tag": "MAP<STRING, LONG>",
+            "last": "ROW<tag STRING, v LONG>",
+            "info": "PICKLED",
+        }
+    },
 }
 
 
@@ -113,8 +120,13 @@ def test_without_descriptors_python_states_are_bytes_with_a_reason(process_savep
     meta = load_state_meta(str(process_savepoint), use_state_info=False)
     op = meta.operator("stateful-fn")
     names = sorted(s.name for s in op.states if s.name.startswith("python-state-"))
-    assert names == ["python-state-info", "python-state-items", "python-state-last", "python-state-per_tag",
-                     "python-state-total_amount"]
+    assert names == [
+        "python-state-info",
+        "python-state-items",
+        "python-state-last",
+        "python-state-per_tag",
+        "python-state-total_amount",
+    ]
     for name in names:
         state = op.state(name)
         assert state.decode_status == "raw"
@@ -151,8 +163,9 @@ def test_snapshot_with_descriptors_reads_typed_values_under_declared_names(proce
         assert _table(reader, name) == want, name
     info = SavepointReader(str(process_savepoint), unpickle=True).table("info", "stateful-fn").to_pylist()
     assert {_key(r["key"]): json.loads(r["value"]) for r in info} == {
-        k: {"n": v[-1]} for k, v in {k: [int(x.split(":")[1]) for x in items]
-                                     for k, items in expected["items"].items()}.items()}
+        k: {"n": v[-1]}
+        for k, v in {k: [int(x.split(":")[1]) for x in items] for k, items in expected["items"].items()}.items()
+    }
     # without --unpickle, pickled values stay opaque (hex of the pickle bytes): no code runs
     assert all(isinstance(r["value"], str) for r in reader.table("info", "stateful-fn").to_pylist())
 
@@ -196,17 +209,20 @@ def test_descriptor_mismatch_and_bad_files_are_clear(process_savepoint, tmp_path
     assert not (process_savepoint / STATE_INFO_FILE).exists()
 
 
-@pytest.mark.parametrize("text,canonical,sql", [
-    ("LONG", "LONG", "BIGINT"),
-    ("list<string>", "LIST<STRING>", "ARRAY<STRING>"),
-    ("MAP<STRING, LIST<INT>>", "MAP<STRING, LIST<INT>>", "MAP<STRING, ARRAY<INT>>"),
-    ("ROW<a LONG, b ROW<c STRING>>", "ROW<a LONG, b ROW<c STRING>>", "STRUCT<a: BIGINT, b: STRUCT<c: STRING>>"),
-    ("ROW<LONG, STRING>", "ROW<LONG, STRING>", "STRUCT<f0: BIGINT, f1: STRING>"),
-    ("TUPLE<LONG, DOUBLE>", "TUPLE<LONG, DOUBLE>", "STRUCT<f0: BIGINT, f1: DOUBLE>"),
-    ("PRIMITIVE_ARRAY<BYTE>", "BYTES", "BINARY"),
-    ("PICKLED_BYTE_ARRAY", "PICKLED", "STRING"),
-    ("INTEGER", "INT", "INT"),
-])
+@pytest.mark.parametrize(
+    "text,canonical,sql",
+    [
+        ("LONG", "LONG", "BIGINT"),
+        ("list<string>", "LIST<STRING>", "ARRAY<STRING>"),
+        ("MAP<STRING, LIST<INT>>", "MAP<STRING, LIST<INT>>", "MAP<STRING, ARRAY<INT>>"),
+        ("ROW<a LONG, b ROW<c STRING>>", "ROW<a LONG, b ROW<c STRING>>", "STRUCT<a: BIGINT, b: STRUCT<c: STRING>>"),
+        ("ROW<LONG, STRING>", "ROW<LONG, STRING>", "STRUCT<f0: BIGINT, f1: STRING>"),
+        ("TUPLE<LONG, DOUBLE>", "TUPLE<LONG, DOUBLE>", "STRUCT<f0: BIGINT, f1: DOUBLE>"),
+        ("PRIMITIVE_ARRAY<BYTE>", "BYTES", "BINARY"),
+        ("PICKLED_BYTE_ARRAY", "PICKLED", "STRING"),
+        ("INTEGER", "INT", "INT"),
+    ],
+)
 def test_type_grammar(text, canonical, sql):
     t = parse_type(text)
     assert t.text() == canonical
@@ -221,6 +237,7 @@ def test_type_grammar_rejects(bad):
 
 def test_coder_layouts_by_hand():
     import struct
+
     long_ = coder_decoder(parse_type("LONG"))
     assert long_(struct.pack(">q", -5), 0) == (-5, 8)
     s = "héllo".encode()
@@ -229,14 +246,21 @@ def test_coder_layouts_by_hand():
     row = coder_decoder(parse_type("ROW<a LONG, b STRING>"))
     assert row(bytes([0x10]) + struct.pack(">q", 7), 0) == ({"a": 7, "b": None}, 9)
     # bag of byte arrays: [int32 len][v1 v2] 0x2C [int32 len][v3], then the next entry (0x00...)
-    bag = build_pyflink_decoder(TypeDescriptor.of("pyflink", [("value", TypeDescriptor.of("list"))],
-                                                  layout="bag_all", coder="LONG"))
-    buf = (struct.pack(">i", 16) + struct.pack(">qq", 1, 2) + b"\x2c" + struct.pack(">i", 8)
-           + struct.pack(">q", 3) + b"\x00\x00\x00\x09")
+    bag = build_pyflink_decoder(
+        TypeDescriptor.of("pyflink", [("value", TypeDescriptor.of("list"))], layout="bag_all", coder="LONG")
+    )
+    buf = (
+        struct.pack(">i", 16)
+        + struct.pack(">qq", 1, 2)
+        + b"\x2c"
+        + struct.pack(">i", 8)
+        + struct.pack(">q", 3)
+        + b"\x00\x00\x00\x09"
+    )
     assert bag(buf, 0) == ([1, 2, 3], len(buf) - 4)
 
 
-CROSS_CHECK = r'''
+CROSS_CHECK = r"""
 import datetime, decimal, json, sys
 from pyflink.common import Row, Types
 from pyflink.common.time import Instant
@@ -284,14 +308,31 @@ doc = descriptors_from_pyflink({"op": [
     AggregatingStateDescriptor("a", Avg(), Types.TUPLE([Types.LONG(), Types.LONG()])),
     ValueStateDescriptor("p", Types.PICKLED_BYTE_ARRAY())]})
 print(json.dumps({"values": out, "descriptors": doc}))
-'''
+"""
 
 EXPECTED_VALUES = [
-    -42, 7, -3, 5, True, 2.5, 1.5, "zürich ✓", "c", 123456789012, "12.3400",
+    -42,
+    7,
+    -3,
+    5,
+    True,
+    2.5,
+    1.5,
+    "zürich ✓",
+    "c",
+    123456789012,
+    "12.3400",
     (__import__("datetime").date(2024, 2, 29).toordinal() - __import__("datetime").date(1970, 1, 1).toordinal()),
-    "13:14:15.123", 1704164645678000, 1700000000123456,
-    b"\x00\x01\xff", [1, 2, 3], ["a", None, "c"], [1, None],
-    [("x", 1), ("y", None)], {"f0": 1, "f1": "one"}, {"a": 1, "b": None, "c": 2.0},
+    "13:14:15.123",
+    1704164645678000,
+    1700000000123456,
+    b"\x00\x01\xff",
+    [1, 2, 3],
+    ["a", None, "c"],
+    [1, None],
+    [("x", 1), ("y", None)],
+    {"f0": 1, "f1": "one"},
+    {"a": 1, "b": None, "c": 2.0},
     {f"f{i}": (None if i == 0 else i - 1) for i in range(9)},
 ]
 
@@ -309,8 +350,12 @@ def test_decoders_match_pyflinks_own_coders(pyflink_python):
     """Bytes written by PyFlink's coders (the fast ones the workers use) decode to the same values."""
     import sysconfig
 
-    proc = subprocess.run([str(pyflink_python), "-c", CROSS_CHECK, sysconfig.get_paths()["purelib"]],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [str(pyflink_python), "-c", CROSS_CHECK, sysconfig.get_paths()["purelib"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     for case, want in zip(result["values"], EXPECTED_VALUES, strict=True):
@@ -319,5 +364,10 @@ def test_decoders_match_pyflinks_own_coders(pyflink_python):
         assert end == len(data), case
         assert value == want, case
     assert result["descriptors"]["operators"]["op"] == {
-        "v": "VALUE<LIST<STRING>>", "l": "LIST<LONG>", "m": "MAP<STRING, ROW<f0 LONG>>",
-        "r": "REDUCING<DOUBLE>", "a": "AGGREGATING<TUPLE<LONG, LONG>>", "p": "PICKLED"}
+        "v": "VALUE<LIST<STRING>>",
+        "l": "LIST<LONG>",
+        "m": "MAP<STRING, ROW<f0 LONG>>",
+        "r": "REDUCING<DOUBLE>",
+        "a": "AGGREGATING<TUPLE<LONG, LONG>>",
+        "p": "PICKLED",
+    }

@@ -32,15 +32,19 @@ def _copy(tmp_path: Path, case: str) -> Path:
 
 def _patch(savepoint: Path, at: int, data: bytes) -> None:
     metadata = bytearray((savepoint / "_metadata").read_bytes())
-    metadata[at:at + len(data)] = data
+    metadata[at : at + len(data)] = data
     (savepoint / "_metadata").write_bytes(bytes(metadata))
 
 
 def _key_groups_handle(savepoint: Path) -> tuple[KeyGroupsHandle, int]:
     """The first file-backed key-groups handle and where its offsets lie in ``_metadata``."""
     metadata = read_metadata(savepoint)
-    handle = next(s.managed_keyed for op in metadata.operators for s in op.subtasks
-                  if isinstance(s.managed_keyed, KeyGroupsHandle) and s.managed_keyed.stream.kind == "relative")
+    handle = next(
+        s.managed_keyed
+        for op in metadata.operators
+        for s in op.subtasks
+        if isinstance(s.managed_keyed, KeyGroupsHandle) and s.managed_keyed.stream.kind == "relative"
+    )
     packed = b"".join(struct.pack(">q", o) for o in handle.offsets)
     at = (savepoint / "_metadata").read_bytes().find(packed)
     assert at > 0
@@ -88,8 +92,12 @@ def test_header_recovery_gives_up_with_an_error_within_the_budget(tmp_path, monk
 def test_operator_state_entry_without_header_meta_info_is_an_error(tmp_path):
     savepoint = _copy(tmp_path, FILE_CASE)
     metadata = (savepoint / "_metadata").read_bytes()
-    stream = next(s.managed_operator.stream for op in read_metadata(savepoint).operators for s in op.subtasks
-                  if s.managed_operator is not None)
+    stream = next(
+        s.managed_operator.stream
+        for op in read_metadata(savepoint).operators
+        for s in op.subtasks
+        if s.managed_operator is not None
+    )
     # The entry's name is written before its stream; the header inside the stream repeats it.
     at = metadata.rfind(b"SourceReaderState", 0, stream.offset)
     assert at > 0
@@ -99,18 +107,20 @@ def test_operator_state_entry_without_header_meta_info_is_an_error(tmp_path):
     assert error.value.file.endswith("_metadata") and error.value.offset == stream.offset
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("negative", "to be >= 0"),
-    ("out_of_order", "increasing order"),
-    ("past_end", "inside the"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("negative", "to be >= 0"),
+        ("out_of_order", "increasing order"),
+        ("past_end", "inside the"),
+    ],
+)
 def test_damaged_key_group_offsets_are_errors_at_the_offsets(tmp_path, damage, message):
     savepoint = _copy(tmp_path, FILE_CASE)
     handle, at = _key_groups_handle(savepoint)
     positive = [i for i, o in enumerate(handle.offsets) if o > 0]
     i = positive[3]
-    value = {"negative": -8, "out_of_order": handle.offsets[positive[1]],
-             "past_end": handle.stream.size + 5}[damage]
+    value = {"negative": -8, "out_of_order": handle.offsets[positive[1]], "past_end": handle.stream.size + 5}[damage]
     _patch(savepoint, at + 8 * i, struct.pack(">q", value))
     with pytest.raises(FormatError, match=message) as error:
         read_metadata(savepoint)
@@ -122,7 +132,9 @@ def test_key_group_range_beyond_max_parallelism_is_an_error(tmp_path):
     handle, at = _key_groups_handle(savepoint)
     start_at = at - 8  # i32 start key-group, i32 count, then the offsets
     assert struct.unpack(">ii", (savepoint / "_metadata").read_bytes()[start_at:at]) == (
-        handle.start_key_group, len(handle.offsets))
+        handle.start_key_group,
+        len(handle.offsets),
+    )
     _patch(savepoint, start_at, struct.pack(">i", 100))
     with pytest.raises(FormatError, match="key-group range") as error:
         read_metadata(savepoint)
@@ -135,7 +147,7 @@ def test_negative_state_file_size_is_a_format_error_not_a_value_error(tmp_path):
     metadata = (savepoint / "_metadata").read_bytes()
     name = handle.stream.path.rsplit("/", 1)[1].encode()
     size_at = metadata.find(name) + len(name)
-    assert struct.unpack(">q", metadata[size_at:size_at + 8])[0] == handle.stream.size
+    assert struct.unpack(">q", metadata[size_at : size_at + 8])[0] == handle.stream.size
     _patch(savepoint, size_at, struct.pack(">q", -3))
     with pytest.raises(FormatError, match="state file size >= 0") as error:
         load_state_meta(savepoint, use_state_info=False)
@@ -215,8 +227,10 @@ def test_damaged_state_info_numbers_are_rejected(tmp_path, edit):
     if edit == "negative_offset":
         keyed["offsets"][positive[0]] = -1
     elif edit == "unsorted_offsets":
-        keyed["offsets"][positive[0]], keyed["offsets"][positive[1]] = (keyed["offsets"][positive[1]],
-                                                                          keyed["offsets"][positive[0]])
+        keyed["offsets"][positive[0]], keyed["offsets"][positive[1]] = (
+            keyed["offsets"][positive[1]],
+            keyed["offsets"][positive[0]],
+        )
     elif edit == "string_size":
         keyed["stream"]["size"] = "63212"
     else:
@@ -249,8 +263,10 @@ def test_fifo_state_info_is_ignored_without_blocking(tmp_path):
 
     savepoint = _copy(tmp_path, FILE_CASE)
     os.mkfifo(savepoint / STATE_INFO_FILE)
-    code = "from statecat.statemeta.model import load_state_meta; import sys; " \
-           "print(len(load_state_meta(sys.argv[1]).operators))"
+    code = (
+        "from statecat.statemeta.model import load_state_meta; import sys; "
+        "print(len(load_state_meta(sys.argv[1]).operators))"
+    )
     child = subprocess.run([sys.executable, "-c", code, str(savepoint)], capture_output=True, text=True, timeout=120)
     assert child.returncode == 0, child.stderr
     assert int(child.stdout) == len(read_metadata(savepoint).operators)
@@ -266,8 +282,13 @@ def test_state_info_naming_a_missing_operator_entry_is_damaged(tmp_path):
     savepoint = _copy(tmp_path, FILE_CASE)
     snapshot(savepoint)
     doc = json.loads((savepoint / STATE_INFO_FILE).read_text())
-    location = next(loc for op in doc["operators"] for s in op["states"] for loc in s["locations"]
-                    if loc["handle"] == "managed_operator")
+    location = next(
+        loc
+        for op in doc["operators"]
+        for s in op["states"]
+        for loc in s["locations"]
+        if loc["handle"] == "managed_operator"
+    )
     location["entry"] = "no-such-entry"
     (savepoint / STATE_INFO_FILE).write_text(json.dumps(doc))
     with pytest.raises(FormatError, match="no operator state entry"):
@@ -278,8 +299,13 @@ def test_state_info_state_id_must_be_below_the_state_count(tmp_path):
     savepoint = _copy(tmp_path, FILE_CASE)
     snapshot(savepoint)
     doc = json.loads((savepoint / STATE_INFO_FILE).read_text())
-    location = next(loc for op in doc["operators"] for s in op["states"] for loc in s["locations"]
-                    if loc["handle"] == "managed_keyed")
+    location = next(
+        loc
+        for op in doc["operators"]
+        for s in op["states"]
+        for loc in s["locations"]
+        if loc["handle"] == "managed_keyed"
+    )
     location["state_id"] = location["state_count"]
     (savepoint / STATE_INFO_FILE).write_text(json.dumps(doc))
     with pytest.raises(FormatError, match="not below"):
@@ -329,12 +355,15 @@ def test_recovery_survives_forgetting_any_known_snapshot_class_on_every_fixture(
     assert affected >= 48
 
 
-@pytest.mark.parametrize("snapshot_class, needed", [
-    ("org.apache.flink.api.common.typeutils.base.MapSerializerSnapshot", 2),
-    ("org.apache.flink.streaming.api.operators.TimerSerializerSnapshot", 2),
-    ("org.apache.flink.api.common.typeutils.base.ListSerializerSnapshot", 1),
-    ("org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot", 2),
-])
+@pytest.mark.parametrize(
+    "snapshot_class, needed",
+    [
+        ("org.apache.flink.api.common.typeutils.base.MapSerializerSnapshot", 2),
+        ("org.apache.flink.streaming.api.operators.TimerSerializerSnapshot", 2),
+        ("org.apache.flink.api.common.typeutils.base.ListSerializerSnapshot", 1),
+        ("org.apache.flink.runtime.state.ttl.TtlStateFactory$TtlSerializerSnapshot", 2),
+    ],
+)
 def test_composite_snapshot_with_too_few_nested_serializers_is_a_format_error(snapshot_class, needed):
     # Fuzz finding (atheris, target snapshot): nested[1] of a map snapshot with no nested serializers.
     from statecat.statemeta.binary import DataInput
@@ -342,9 +371,12 @@ def test_composite_snapshot_with_too_few_nested_serializers_is_a_format_error(sn
 
     name = snapshot_class.encode()
     count_at = 4 + 2 + len(name) + 4 + 4 + 4 + 4 + 4
-    data = (struct.pack(">iH", 2, len(name)) + name + struct.pack(">iiiii", 3, COMPOSITE_MAGIC, 1,
-                                                                   NESTED_DELEGATE_MAGIC, 1)
-            + struct.pack(">i", needed - 1))
+    data = (
+        struct.pack(">iH", 2, len(name))
+        + name
+        + struct.pack(">iiiii", 3, COMPOSITE_MAGIC, 1, NESTED_DELEGATE_MAGIC, 1)
+        + struct.pack(">i", needed - 1)
+    )
     with pytest.raises(FormatError, match=f"expected {needed} nested serializer") as error:
         SnapshotReader(DataInput.of_bytes(data, "snapshot"), data, 0).top_level()
     assert error.value.offset == count_at

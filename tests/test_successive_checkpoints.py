@@ -32,10 +32,16 @@ PHASE_STATES = [
     for index, phase in enumerate(phases(case))
     for op, state in iter_states(phase["expected"])
 ]
-PHASES = [pytest.param(case, index, id=f"{case}:{phase['phase']}")
-          for case in SUCCESSIVE for index, phase in enumerate(phases(case))]
-STEPS = [pytest.param(case, index, id=f"{case}:{phases(case)[index - 1]['phase']}->{phases(case)[index]['phase']}")
-         for case in SUCCESSIVE for index in range(1, len(phases(case)))]
+PHASES = [
+    pytest.param(case, index, id=f"{case}:{phase['phase']}")
+    for case in SUCCESSIVE
+    for index, phase in enumerate(phases(case))
+]
+STEPS = [
+    pytest.param(case, index, id=f"{case}:{phases(case)[index - 1]['phase']}->{phases(case)[index]['phase']}")
+    for case in SUCCESSIVE
+    for index in range(1, len(phases(case)))
+]
 
 
 def test_there_are_successive_cases_with_three_phases():
@@ -55,9 +61,14 @@ def test_each_phase_savepoint_decodes_to_its_expected_content(case, index, opera
 
 def _shared_ssts(checkpoint) -> set[str]:
     metadata = read_metadata(open_storage(str(checkpoint)))
-    return {f.stream.path for op in metadata.operators for s in op.subtasks
-            if isinstance(s.managed_keyed, NativeRocksDBHandle)
-            for f in s.managed_keyed.sst_files if f.shared and isinstance(f.stream, FileStream)}
+    return {
+        f.stream.path
+        for op in metadata.operators
+        for s in op.subtasks
+        if isinstance(s.managed_keyed, NativeRocksDBHandle)
+        for f in s.managed_keyed.sst_files
+        if f.shared and isinstance(f.stream, FileStream)
+    }
 
 
 @pytest.mark.parametrize("case", SUCCESSIVE)
@@ -104,15 +115,23 @@ def test_a_copied_job_directory_is_read_from_the_copy(case, tmp_path):
 
 
 def _keys_of(expected: dict, limit: int) -> list:
-    keys = sorted({json.dumps(row["key"], sort_keys=True) for _, state in iter_states(expected)
-                   if state["kind"] == "keyed" and state["rows"] for row in state["rows"]})
+    keys = sorted(
+        {
+            json.dumps(row["key"], sort_keys=True)
+            for _, state in iter_states(expected)
+            if state["kind"] == "keyed" and state["rows"]
+            for row in state["rows"]
+        }
+    )
     return [json.loads(k) for k in keys[:: max(1, len(keys) // limit)][:limit]]
 
 
 def _view_rows(path, key) -> list:
     rows = SavepointReader(str(path)).key(key).rows
-    return sorted(json.dumps([r.operator_id, r.state, canonical(r.namespace), canonical(r.value)], sort_keys=True,
-                             default=str) for r in rows)
+    return sorted(
+        json.dumps([r.operator_id, r.state, canonical(r.namespace), canonical(r.value)], sort_keys=True, default=str)
+        for r in rows
+    )
 
 
 @pytest.mark.parametrize("case", SUCCESSIVE)

@@ -14,9 +14,19 @@ from statecat.statemeta.naming import catalog_table_names, stable_state_names
 from tests.fixtures.expected import CASES, savepoint_dir
 
 # One SQL GROUP BY job, savepointed by Flink 1.15 to 2.3 on the heap and RocksDB backends.
-GROUPBY = [c for c in ("sql_groupby_hashmap_2.3", "sql_groupby_rocksdb_2.3", "sql_groupby_hashmap_2.0",
-                       "sql_groupby_hashmap_1.20", "sql_groupby_rocksdb_1.20", "sql_groupby_hashmap_1.15",
-                       "sql_groupby_rocksdb_1.15") if c in CASES]
+GROUPBY = [
+    c
+    for c in (
+        "sql_groupby_hashmap_2.3",
+        "sql_groupby_rocksdb_2.3",
+        "sql_groupby_hashmap_2.0",
+        "sql_groupby_hashmap_1.20",
+        "sql_groupby_rocksdb_1.20",
+        "sql_groupby_hashmap_1.15",
+        "sql_groupby_rocksdb_1.15",
+    )
+    if c in CASES
+]
 
 
 def _meta(case):
@@ -32,8 +42,13 @@ def _catalog_tables(case) -> dict[tuple, str]:
 def test_state_tables_keep_their_names_across_savepoints_of_one_job(case):
     first = {k: v for k, v in _catalog_tables(GROUPBY[0]).items() if k[0] == "state"}
     assert {k: v for k, v in _catalog_tables(case).items() if k[0] == "state"} == first
-    assert set(first.values()) == {"accstate", "coordinator", "sourcereaderstate",
-                                   "timer_state_event_user_timers", "timer_state_processing_user_timers"}
+    assert set(first.values()) == {
+        "accstate",
+        "coordinator",
+        "sourcereaderstate",
+        "timer_state_event_user_timers",
+        "timer_state_processing_user_timers",
+    }
 
 
 def test_operator_tables_carry_no_plan_counters_and_keep_their_names():
@@ -44,8 +59,11 @@ def test_operator_tables_carry_no_plan_counters_and_keep_their_names():
     assert sorted(first.values()) == ["groupaggregate", "source_src"]
     assert all(t == first for t in operator_tables.values()), operator_tables
     # Flink 1.x _metadata keeps no names: the operator id names the table, the same in 1.15 and 1.20.
-    unnamed = [{k: v for k, v in _catalog_tables(c).items() if k[0] == "operator"}
-               for c in GROUPBY if c.endswith(("1.15", "1.20"))]
+    unnamed = [
+        {k: v for k, v in _catalog_tables(c).items() if k[0] == "operator"}
+        for c in GROUPBY
+        if c.endswith(("1.15", "1.20"))
+    ]
     assert unnamed and all(t == unnamed[0] for t in unnamed)
     assert all(v.startswith("op_") and v == f"op_{k[1][:8]}" for k, v in unnamed[0].items())
 

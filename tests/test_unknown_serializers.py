@@ -24,6 +24,7 @@ def forget(monkeypatch):
         registry = dict(snapshots.COMPLEX_SNAPSHOTS)
         del registry[name]
         monkeypatch.setattr(snapshots, "COMPLEX_SNAPSHOTS", registry)
+
     return forget_class
 
 
@@ -58,5 +59,8 @@ def test_unknown_nested_serializer_inside_known_composite_is_recovered(forget):
     meta = load_state_meta(savepoint_dir("sql_groupby_hashmap_2.3"))
     op, acc = meta.find_state("accState")
     assert acc.decode_status == "full"
-    assert {s.name for s in op.states} == {"accState", "_timer_state/event_user-timers",
-                                           "_timer_state/processing_user-timers"}
+    assert {s.name for s in op.states} == {
+        "accState",
+        "_timer_state/event_user-timers",
+        "_timer_state/processing_user-timers",
+    }

@@ -72,11 +72,15 @@ def test_each_savepoint_gets_exactly_one_state_info(tmp_path):
     # a new savepoint appears; the half-written one completes
     _place(GOOD[2], root / "savepoint-bbbbbb-000000000002")
     _finish_metadata(GOOD[1], half)
-    events += _until(watcher, lambda ev: {("snapshot", "chk-7"), ("snapshot", "savepoint-bbbbbb-000000000002")}
-                     <= _kinds(ev))
+    events += _until(
+        watcher, lambda ev: {("snapshot", "chk-7"), ("snapshot", "savepoint-bbbbbb-000000000002")} <= _kinds(ev)
+    )
     writes = [e for e in events if e.kind == "snapshot"]
-    assert sorted(Path(e.path).name for e in writes) == ["chk-7", "savepoint-aaaaaa-000000000001",
-                                                          "savepoint-bbbbbb-000000000002"]
+    assert sorted(Path(e.path).name for e in writes) == [
+        "chk-7",
+        "savepoint-aaaaaa-000000000001",
+        "savepoint-bbbbbb-000000000002",
+    ]
     stamps = {p: p.stat().st_mtime_ns for p in root.rglob(STATE_INFO_FILE)}
     assert len(stamps) == 3
     # quiet polls write nothing
@@ -111,11 +115,16 @@ def test_corrupt_and_unreadable_savepoints_are_skipped_and_partial_ones_waited_f
     victim.unlink()
     victim.mkdir()
     watcher = Watcher([str(root)])
-    events = _until(watcher, lambda ev: len({e.path for e in ev if e.kind in ("snapshot", "skipped", "incomplete")})
-                    == 4)
+    events = _until(
+        watcher, lambda ev: len({e.path for e in ev if e.kind in ("snapshot", "skipped", "incomplete")}) == 4
+    )
     kinds = {Path(e.path).name: e.kind for e in events if e.kind in ("snapshot", "skipped", "incomplete")}
-    assert kinds == {"savepoint-good": "snapshot", "savepoint-corrupt": "skipped",
-                     "savepoint-partial": "incomplete", "savepoint-unreadable": "skipped"}
+    assert kinds == {
+        "savepoint-good": "snapshot",
+        "savepoint-corrupt": "skipped",
+        "savepoint-partial": "incomplete",
+        "savepoint-unreadable": "skipped",
+    }
     assert (good / STATE_INFO_FILE).is_file()
     for bad in (corrupt, partial, unreadable):
         assert not (bad / STATE_INFO_FILE).exists()
@@ -158,8 +167,7 @@ def _processed_once(watcher: Watcher, savepoint: Path, case: str) -> None:
     """The savepoint gets its stateInfo within a few polls, exactly once, with the right content."""
     events = _until(watcher, lambda ev: any(e.kind == "snapshot" for e in ev))
     events += watcher.poll() + watcher.poll() + watcher.poll()
-    assert [e.kind for e in events if e.path == str(savepoint) and e.kind in ("snapshot", "unchanged")] \
-        == ["snapshot"]
+    assert [e.kind for e in events if e.path == str(savepoint) and e.kind in ("snapshot", "unchanged")] == ["snapshot"]
     stamp = (savepoint / STATE_INFO_FILE).stat().st_mtime_ns
     assert not [e for e in watcher.poll() + watcher.poll() if e.path == str(savepoint)]
     assert (savepoint / STATE_INFO_FILE).stat().st_mtime_ns == stamp
@@ -224,7 +232,7 @@ def test_truncated_state_files_are_waited_for(tmp_path, case):
         kinds = _quiet_polls(watcher, savepoint)
         assert "incomplete" in kinds and "skipped" not in kinds
         with open(savepoint / f.name, "ab") as out:  # the writer finishes this file
-            out.write(f.read_bytes()[f.stat().st_size // 2:])
+            out.write(f.read_bytes()[f.stat().st_size // 2 :])
     _processed_once(watcher, savepoint, case)
 
 
@@ -333,6 +341,7 @@ def test_poll_cost_is_bounded(tmp_path, monkeypatch):
         def spy(*a, _real=real, _name=name, **kw):
             opened.append(_name)
             return _real(*a, **kw)
+
         monkeypatch.setattr(watcher_module, name, spy)
     for _ in range(3):
         watcher.poll()
@@ -349,14 +358,14 @@ def test_watch_cli_while_savepoints_appear(tmp_path):
     exe = Path(sys.executable).with_name("statecat")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "statecat.catalog.cli"]
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd + ["watch", str(root), "--interval", "0.2"], stdout=out,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd + ["watch", str(root), "--interval", "0.2"], stdout=out, stderr=subprocess.STDOUT)
     try:
         _wait_for(lambda: (root / "savepoint-first" / STATE_INFO_FILE).exists(), 60, log)
         _place(GOOD[2], root / "job" / "chk-3")
         _finish_metadata(GOOD[1], half)
-        _wait_for(lambda: (half / STATE_INFO_FILE).exists() and (root / "job" / "chk-3" / STATE_INFO_FILE).exists(),
-                  60, log)
+        _wait_for(
+            lambda: (half / STATE_INFO_FILE).exists() and (root / "job" / "chk-3" / STATE_INFO_FILE).exists(), 60, log
+        )
         # a few more polls: nothing is written twice
         polls_before = log.read_text().count("wrote")
         _place(GOOD[3], root / "savepoint-last")

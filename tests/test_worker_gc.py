@@ -24,10 +24,15 @@ for i in range(3):
 
 
 def test_the_second_read_freezes_what_the_first_loaded():
-    out = subprocess.run([sys.executable, "-c", PROBE, str(savepoint_dir("sql_groupby_hashmap_2.3"))],
-                         check=True, capture_output=True, text=True).stdout.split("\n")
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(savepoint_dir("sql_groupby_hashmap_2.3"))],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split("\n")
     (rows1, tracked1, frozen1), (rows2, tracked2, frozen2), (rows3, tracked3, frozen3) = (
-        map(int, line.split()) for line in out[:3])
+        map(int, line.split()) for line in out[:3]
+    )
     assert rows1 > 0 and rows2 > 0 and rows3 > 0
     assert frozen1 == 0 and tracked1 > 50_000  # the first read loaded pyarrow, numba and statecat's code
     assert frozen2 > 50_000 and tracked2 < 2_000  # frozen when the second read started

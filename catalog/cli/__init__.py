@@ -23,8 +23,25 @@ from statecat.catalog.spark.errors import spark_error_message, spark_error_types
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.storage import allow_roots_for_process
 
-COMMANDS = ["inspect", "read", "key", "history", "diff", "report", "snapshot", "watch", "savepoint", "attach",
-            "detach", "relocate", "sql", "serve", "spark-sql", "metastore", "materialize"]
+COMMANDS = [
+    "inspect",
+    "read",
+    "key",
+    "history",
+    "diff",
+    "report",
+    "snapshot",
+    "watch",
+    "savepoint",
+    "attach",
+    "detach",
+    "relocate",
+    "sql",
+    "serve",
+    "spark-sql",
+    "metastore",
+    "materialize",
+]
 EXIT_USER_ERROR = 2
 
 
@@ -41,9 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in _command_modules():
         sub = module.add_parser(subparsers)
-        sub.add_argument("--allow-root", action="append", default=[], metavar="DIR",
-                         help="also read state files under DIR (repeatable); by default a snapshot's handles may "
-                              "only name files inside its own directory (or, for chk-N, its job directory)")
+        sub.add_argument(
+            "--allow-root",
+            action="append",
+            default=[],
+            metavar="DIR",
+            help="also read state files under DIR (repeatable); by default a snapshot's handles may "
+            "only name files inside its own directory (or, for chk-N, its job directory)",
+        )
         sub.set_defaults(run=module.run)
     return parser
 

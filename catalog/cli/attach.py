@@ -9,13 +9,22 @@ from statecat.catalog.cli.options import add_attach_descriptors_argument, add_ho
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("attach", help="register savepoints as Spark databases")
-    parser.add_argument("roots", nargs="+", metavar="ROOT",
-                        help="a savepoint directory, or a directory holding savepoints")
+    parser.add_argument(
+        "roots", nargs="+", metavar="ROOT", help="a savepoint directory, or a directory holding savepoints"
+    )
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--eager", action="store_true", default=None,
-                      help="create every database and table now (default when few savepoints are new)")
-    mode.add_argument("--lazy", dest="eager", action="store_false",
-                      help="only register; `statecat sql` creates a database when a query names it")
+    mode.add_argument(
+        "--eager",
+        action="store_true",
+        default=None,
+        help="create every database and table now (default when few savepoints are new)",
+    )
+    mode.add_argument(
+        "--lazy",
+        dest="eager",
+        action="store_false",
+        help="only register; `statecat sql` creates a database when a query names it",
+    )
     add_attach_descriptors_argument(parser)
     add_home_argument(parser)
     return parser
@@ -39,6 +48,8 @@ def run(args) -> int:
         out.write(f"{database}\t\t{state}\n")
     for path, error in result.failed:
         sys.stderr.write(f"statecat: error: could not attach {path}: {error}\n")
-    out.write(f"{len(result.registered)} new, {len(result.known)} known savepoint(s) in {result.seconds:.1f} s; "
-              f"SELECT * FROM statecat.savepoints lists them\n")
+    out.write(
+        f"{len(result.registered)} new, {len(result.known)} known savepoint(s) in {result.seconds:.1f} s; "
+        f"SELECT * FROM statecat.savepoints lists them\n"
+    )
     return 1 if result.failed else 0

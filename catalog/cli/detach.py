@@ -9,9 +9,11 @@ from statecat.catalog.cli.options import add_home_argument, cli_session
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        "detach", help="drop an attached savepoint's database and registry row",
+        "detach",
+        help="drop an attached savepoint's database and registry row",
         description="Drops the savepoint's database (its tables only refer to the savepoint) and removes its row "
-                    "from statecat.savepoints. The savepoint's files are not touched. Running it again is a no-op.")
+        "from statecat.savepoints. The savepoint's files are not touched. Running it again is a no-op.",
+    )
     parser.add_argument("target", metavar="DB|PATH", help="the savepoint's database, or the path it was attached from")
     add_home_argument(parser)
     return parser
@@ -24,7 +26,10 @@ def run(args) -> int:
     if result is None:
         sys.stdout.write(f"{args.target}: not attached; nothing to do\n")
         return 0
-    done = ", ".join(part for part, did in (("database dropped", result.dropped),
-                                            ("registry row removed", result.unregistered)) if did)
+    done = ", ".join(
+        part
+        for part, did in (("database dropped", result.dropped), ("registry row removed", result.unregistered))
+        if did
+    )
     sys.stdout.write(f"{result.database}\t{result.path or ''}\tdetached ({done or 'nothing left to do'})\n")
     return 0

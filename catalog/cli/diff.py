@@ -22,19 +22,29 @@ TEXT_CELL_WIDTH = 80
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("diff", help="keys added, removed and changed between two savepoints",
-                                   description="Compares savepoint A (old) with B (new) state by state; states are "
-                                               "matched by operator id/uid and state name, then by table name.")
+    parser = subparsers.add_parser(
+        "diff",
+        help="keys added, removed and changed between two savepoints",
+        description="Compares savepoint A (old) with B (new) state by state; states are "
+        "matched by operator id/uid and state name, then by table name.",
+    )
     parser.add_argument("a", metavar="A", help="the old savepoint or checkpoint (directory holding _metadata, or URI)")
     parser.add_argument("b", metavar="B", help="the new one")
     parser.add_argument("--operator", action="append", metavar="ID|UID|NAME", help="only this operator (repeatable)")
     parser.add_argument("--state", action="append", metavar="NAME", help="only states of this name (repeatable)")
-    parser.add_argument("--format", choices=("table", "csv", "jsonl"), default="table",
-                        help="table: one line per change, then a summary; csv/jsonl: one row per change and per "
-                             "state that was not compared")
+    parser.add_argument(
+        "--format",
+        choices=("table", "csv", "jsonl"),
+        default="table",
+        help="table: one line per change, then a summary; csv/jsonl: one row per change and per "
+        "state that was not compared",
+    )
     parser.add_argument("--summary", action="store_true", help="only the counts per state")
-    parser.add_argument("--unpickle", action="store_true",
-                        help="unpickle PyFlink pickled values (runs code from the savepoints: trusted ones only)")
+    parser.add_argument(
+        "--unpickle",
+        action="store_true",
+        help="unpickle PyFlink pickled values (runs code from the savepoints: trusted ones only)",
+    )
     add_descriptors_argument(parser)
     return parser
 
@@ -42,15 +52,20 @@ def add_parser(subparsers):
 def run(args) -> int:
     descriptors = descriptors_of(args)
     # Both sides as a reader sees them: declared types applied, PyFlink pickles marked (or unpickled).
-    meta_a, meta_b = (SavepointReader(p, unpickle=args.unpickle, descriptors=descriptors).meta
-                      for p in (args.a, args.b))
+    meta_a, meta_b = (
+        SavepointReader(p, unpickle=args.unpickle, descriptors=descriptors).meta for p in (args.a, args.b)
+    )
     diff = diff_savepoints(meta_a, meta_b, operators=args.operator, states=args.state, unpickle=args.unpickle)
     out = sys.stdout
     changes = () if args.summary else diff.changes()
     if args.format == "jsonl":
         for change in changes:
-            out.write(json.dumps({"type": "change", **{k: json_value(v) for k, v in change.as_dict().items()}},
-                                 ensure_ascii=False) + "\n")
+            out.write(
+                json.dumps(
+                    {"type": "change", **{k: json_value(v) for k, v in change.as_dict().items()}}, ensure_ascii=False
+                )
+                + "\n"
+            )
         for entry in diff.summary():
             out.write(json.dumps({"type": "state", **entry.as_dict()}, ensure_ascii=False) + "\n")
         return 0
@@ -58,8 +73,21 @@ def run(args) -> int:
         writer = csv.writer(out)
         writer.writerow(CHANGE_COLUMNS)
         for change in changes:
-            writer.writerow([cell(v) for v in (change.operator, change.state, change.change, change.key,
-                                                 change.namespace, change.old, change.new)] + [""])
+            writer.writerow(
+                [
+                    cell(v)
+                    for v in (
+                        change.operator,
+                        change.state,
+                        change.change,
+                        change.key,
+                        change.namespace,
+                        change.old,
+                        change.new,
+                    )
+                ]
+                + [""]
+            )
         for entry in diff.summary():
             if entry.status != COMPARED:
                 writer.writerow([entry.operator, entry.state, entry.status, "", "", "", "", entry.reason])
@@ -72,20 +100,36 @@ def run(args) -> int:
             cells.append(_short(change.new if change.change == "added" else change.old))
         out.write("  ".join(cells) + "\n")
     summary = diff.summary()
-    write_table(out, SUMMARY_COLUMNS, [[entry.operator, entry.state, entry.status, str(entry.added), str(entry.removed),
-                                   str(entry.changed), str(entry.unchanged), entry.reason or ""]
-                                  for entry in summary])
+    write_table(
+        out,
+        SUMMARY_COLUMNS,
+        [
+            [
+                entry.operator,
+                entry.state,
+                entry.status,
+                str(entry.added),
+                str(entry.removed),
+                str(entry.changed),
+                str(entry.unchanged),
+                entry.reason or "",
+            ]
+            for entry in summary
+        ],
+    )
     for entry in summary:  # the table cuts long cells: the reasons in full
         if entry.status == NOT_COMPARED:
             out.write(f"not compared: {entry.state!r} of {entry.operator}: {entry.reason}\n")
     totals = diff.totals()
     one_side = sum(e.status in (ONLY_IN_A, ONLY_IN_B) for e in summary)
-    out.write(f"{totals['added']} added, {totals['removed']} removed, {totals['changed']} changed, "
-              f"{totals['unchanged']} unchanged; {sum(e.status == NOT_COMPARED for e in summary)} states not "
-              f"compared, {one_side} in one savepoint only\n")
+    out.write(
+        f"{totals['added']} added, {totals['removed']} removed, {totals['changed']} changed, "
+        f"{totals['unchanged']} unchanged; {sum(e.status == NOT_COMPARED for e in summary)} states not "
+        f"compared, {one_side} in one savepoint only\n"
+    )
     return 0
 
 
 def _short(value) -> str:
     text = cell(value) or "-"
-    return text if len(text) <= TEXT_CELL_WIDTH else text[:TEXT_CELL_WIDTH - 1] + "…"
+    return text if len(text) <= TEXT_CELL_WIDTH else text[: TEXT_CELL_WIDTH - 1] + "…"

@@ -18,31 +18,48 @@ ABSENT = "(key not present)"
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("history", help="one key across every savepoint and checkpoint under a root",
-                                   description="The key view of K (see `statecat key`) in every savepoint and "
-                                               "retained checkpoint under ROOT, oldest first.")
+    parser = subparsers.add_parser(
+        "history",
+        help="one key across every savepoint and checkpoint under a root",
+        description="The key view of K (see `statecat key`) in every savepoint and "
+        "retained checkpoint under ROOT, oldest first.",
+    )
     parser.add_argument("root", help="a directory (or URI) holding savepoints and checkpoints, or one of them")
     add_key_arguments(parser)
     return parser
 
 
 def run(args) -> int:
-    entries = key_history(args.root, args.key, operators=args.operator, states=args.state, unpickle=args.unpickle,
-                          descriptors=descriptors_of(args))
+    entries = key_history(
+        args.root,
+        args.key,
+        operators=args.operator,
+        states=args.state,
+        unpickle=args.unpickle,
+        descriptors=descriptors_of(args),
+    )
     if not entries:
-        raise SavepointNotFoundError("no savepoint or checkpoint (no _metadata) under this directory",
-                                     file=args.root, hint="Give the directory your job's savepoints or checkpoints "
-                                                          "are written to")
+        raise SavepointNotFoundError(
+            "no savepoint or checkpoint (no _metadata) under this directory",
+            file=args.root,
+            hint="Give the directory your job's savepoints or checkpoints are written to",
+        )
     out = sys.stdout
     if args.format == "json":
-        json.dump({"root": args.root, "key": args.key, "snapshots": [_entry_json(e) for e in entries]}, out,
-                  ensure_ascii=False)
+        json.dump(
+            {"root": args.root, "key": args.key, "snapshots": [_entry_json(e) for e in entries]},
+            out,
+            ensure_ascii=False,
+        )
         out.write("\n")
         return 0
     rows = []
     for entry in entries:
-        head = [entry.taken_at.isoformat() if entry.taken_at else "", str(entry.checkpoint_id or ""),
-                _short(entry.path, args.root)]
+        head = [
+            entry.taken_at.isoformat() if entry.taken_at else "",
+            str(entry.checkpoint_id or ""),
+            _short(entry.path, args.root),
+        ]
         if entry.error is not None:
             if args.format == "csv":
                 sys.stderr.write(f"statecat: could not read {entry.path}: {entry.error}\n")
@@ -51,8 +68,15 @@ def run(args) -> int:
         elif not entry.view.rows:
             if args.format == "table":
                 reasons = sorted({s.reason for s in entry.view.skipped if s.coercion})
-                rows.append(head + ["", "", "", ABSENT if entry.view.coercible
-                                     else f"(the key fits no state here: {'; '.join(reasons)})"])
+                rows.append(
+                    head
+                    + [
+                        "",
+                        "",
+                        "",
+                        ABSENT if entry.view.coercible else f"(the key fits no state here: {'; '.join(reasons)})",
+                    ]
+                )
         else:
             rows += [head + [cell(v) for v in (r.operator, r.state, r.namespace, r.value)] for r in entry.view.rows]
     if args.format == "csv":
@@ -68,14 +92,19 @@ def run(args) -> int:
 
 def _short(path: str, root: str) -> str:
     if "://" in path:
-        return path[len(root.rstrip("/")):].lstrip("/") or path
+        return path[len(root.rstrip("/")) :].lstrip("/") or path
     relative = os.path.relpath(path, os.path.abspath(root))
     return path if relative == "." else relative
 
 
 def _entry_json(entry) -> dict:
     view = entry.view
-    return {"path": entry.path, "checkpoint_id": entry.checkpoint_id,
-            "taken_at": entry.taken_at.isoformat() if entry.taken_at else None, "time_source": entry.time_source,
-            "error": entry.error, "rows": [row_json(r) for r in view.rows] if view else [],
-            "skipped": [s.as_dict() for s in view.skipped] if view else []}
+    return {
+        "path": entry.path,
+        "checkpoint_id": entry.checkpoint_id,
+        "taken_at": entry.taken_at.isoformat() if entry.taken_at else None,
+        "time_source": entry.time_source,
+        "error": entry.error,
+        "rows": [row_json(r) for r in view.rows] if view else [],
+        "skipped": [s.as_dict() for s in view.skipped] if view else [],
+    }

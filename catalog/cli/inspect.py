@@ -60,28 +60,43 @@ def describe(meta: StateMeta) -> dict:
         raw_op = by_id[op.id]
         states = []
         for state in op.states:
-            states.append({
-                "name": state.name,
-                "kind": state.kind,
-                "state_type": state.state_type,
-                "key_type": state.key.describe() if state.key else None,
-                "namespace_type": state.namespace.describe() if state.namespace else None,
-                "value_type": state.value.describe(),
-                "decode_status": state.decode_status,
-                "raw_reasons": state.raw_reasons,
-                "subtasks": sorted({loc.subtask for loc in state.locations}),
-                "table": tables[(op.id, state.name)],
-            })
-        operators.append({
-            "id": op.id, "uid": op.uid, "name": op.name, "parallelism": op.parallelism,
-            "max_parallelism": op.max_parallelism, "subtasks_with_state": len(raw_op.subtasks),
-            "state_bytes": subtask_stream_bytes(raw_op), "coordinator_bytes": op.coordinator_bytes,
-            "handles": _handle_kinds(raw_op), "unsupported": list(op.unsupported), "states": states,
-        })
+            states.append(
+                {
+                    "name": state.name,
+                    "kind": state.kind,
+                    "state_type": state.state_type,
+                    "key_type": state.key.describe() if state.key else None,
+                    "namespace_type": state.namespace.describe() if state.namespace else None,
+                    "value_type": state.value.describe(),
+                    "decode_status": state.decode_status,
+                    "raw_reasons": state.raw_reasons,
+                    "subtasks": sorted({loc.subtask for loc in state.locations}),
+                    "table": tables[(op.id, state.name)],
+                }
+            )
+        operators.append(
+            {
+                "id": op.id,
+                "uid": op.uid,
+                "name": op.name,
+                "parallelism": op.parallelism,
+                "max_parallelism": op.max_parallelism,
+                "subtasks_with_state": len(raw_op.subtasks),
+                "state_bytes": subtask_stream_bytes(raw_op),
+                "coordinator_bytes": op.coordinator_bytes,
+                "handles": _handle_kinds(raw_op),
+                "unsupported": list(op.unsupported),
+                "states": states,
+            }
+        )
     return {
-        "path": meta.path, "checkpoint_id": md.checkpoint_id, "metadata_version": md.version,
-        "checkpoint_type": md.checkpoint_type, "savepoint_format": md.savepoint_format,
-        "metadata_bytes": md.size, "operators": operators,
+        "path": meta.path,
+        "checkpoint_id": md.checkpoint_id,
+        "metadata_version": md.version,
+        "checkpoint_type": md.checkpoint_type,
+        "savepoint_format": md.savepoint_format,
+        "metadata_bytes": md.size,
+        "operators": operators,
     }
 
 
@@ -107,8 +122,10 @@ def render_text(report: dict) -> str:
         lines.append(f"operator {title}")
         lines.append(f"  id {op['id']}" + (f"  name {op['name']}" if op["name"] and op["uid"] else ""))
         handles = ", ".join(f"{k} x{v}" for k, v in sorted(op["handles"].items())) or "none"
-        lines.append(f"  parallelism {op['parallelism']}, max parallelism {op['max_parallelism']}, "
-                     f"state {_size(op['state_bytes'])}, handles: {handles}")
+        lines.append(
+            f"  parallelism {op['parallelism']}, max parallelism {op['max_parallelism']}, "
+            f"state {_size(op['state_bytes'])}, handles: {handles}"
+        )
         for reason in op["unsupported"]:
             lines.append(f"  not readable: {reason}")
         for st in op["states"]:

@@ -19,9 +19,12 @@ COLUMNS = ["operator", "state", "namespace", "value"]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("key", help="every state of every operator that holds one key",
-                                   description="Every keyed state (values and timers) of every operator that "
-                                               "holds key K, reading one key-group per state.")
+    parser = subparsers.add_parser(
+        "key",
+        help="every state of every operator that holds one key",
+        description="Every keyed state (values and timers) of every operator that "
+        "holds key K, reading one key-group per state.",
+    )
     parser.add_argument("path", help="savepoint or checkpoint directory (holding _metadata), or its URI")
     add_key_arguments(parser)
     return parser
@@ -32,9 +35,17 @@ def run(args) -> int:
     view = reader.key(args.key, operators=args.operator, states=args.state)
     out = sys.stdout
     if args.format == "json":
-        json.dump({"path": view.path, "checkpoint_id": view.checkpoint_id, "key": args.key,
-                   "rows": [row_json(row) for row in view.rows],
-                   "skipped": [s.as_dict() for s in view.skipped]}, out, ensure_ascii=False)
+        json.dump(
+            {
+                "path": view.path,
+                "checkpoint_id": view.checkpoint_id,
+                "key": args.key,
+                "rows": [row_json(row) for row in view.rows],
+                "skipped": [s.as_dict() for s in view.skipped],
+            },
+            out,
+            ensure_ascii=False,
+        )
         out.write("\n")
         return 0
     rows = [[cell(v) for v in (row.operator, row.state, row.namespace, row.value)] for row in view.rows]

@@ -16,22 +16,39 @@ from statecat.statemeta.errors import StatecatError
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        "materialize", help="write savepoints' state into Delta tables (history for dashboards)",
+        "materialize",
+        help="write savepoints' state into Delta tables (history for dashboards)",
         description="Writes the state of every savepoint and checkpoint at or under the paths into Delta tables "
-                    "under LAKE: one table per logical state (partitioned by snapshot), plus snapshots, "
-                    "state_meta and state_stats. Snapshots already in the lake are skipped.")
+        "under LAKE: one table per logical state (partitioned by snapshot), plus snapshots, "
+        "state_meta and state_stats. Snapshots already in the lake are skipped.",
+    )
     parser.add_argument("paths", nargs="+", metavar="ROOT|PATH", help="savepoint directories, or roots to search")
     parser.add_argument("--to", required=True, metavar="LAKE", help="lake directory or URI (s3://bucket/lake)")
-    parser.add_argument("--operator", action="append", default=[], metavar="ID|UID|NAME",
-                        help="only states of this operator (repeatable)")
-    parser.add_argument("--state", action="append", default=[], metavar="NAME",
-                        help="only this state, by Flink name or lake table name (repeatable)")
+    parser.add_argument(
+        "--operator",
+        action="append",
+        default=[],
+        metavar="ID|UID|NAME",
+        help="only states of this operator (repeatable)",
+    )
+    parser.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this state, by Flink name or lake table name (repeatable)",
+    )
     parser.add_argument("--keep", type=int, metavar="N", help="keep only the newest N snapshots in the lake")
     parser.add_argument("--keep-days", type=float, metavar="D", help="remove snapshots taken more than D days ago")
-    parser.add_argument("--vacuum-hours", type=float, default=DEFAULT_VACUUM_HOURS, metavar="H",
-                        help="with --keep/--keep-days: delete files unreferenced for H hours "
-                             f"(default {DEFAULT_VACUUM_HOURS}, Delta's; 0 frees space at once but breaks "
-                             "readers of older table versions)")
+    parser.add_argument(
+        "--vacuum-hours",
+        type=float,
+        default=DEFAULT_VACUUM_HOURS,
+        metavar="H",
+        help="with --keep/--keep-days: delete files unreferenced for H hours "
+        f"(default {DEFAULT_VACUUM_HOURS}, Delta's; 0 frees space at once but breaks "
+        "readers of older table versions)",
+    )
     parser.add_argument("--descriptors", metavar="FILE", help="descriptor file with the jobs' declared state types")
     parser.add_argument("--json", action="store_true", help="print one JSON object per snapshot")
     return parser
@@ -61,9 +78,13 @@ def run(args) -> int:
             line += f": {item.detail}"
         print(line, file=sys.stderr if item.outcome == "failed" else sys.stdout, flush=True)
 
-    materializer = Materializer(args.to, selection=Selection(tuple(args.operator), tuple(args.state)),
-                                retention=Retention(args.keep, args.keep_days, args.vacuum_hours),
-                                descriptors=descriptors, on_result=show)
+    materializer = Materializer(
+        args.to,
+        selection=Selection(tuple(args.operator), tuple(args.state)),
+        retention=Retention(args.keep, args.keep_days, args.vacuum_hours),
+        descriptors=descriptors,
+        on_result=show,
+    )
     result = materializer.run(args.paths)
     if result.removed and not args.json:
         print(f"removed {len(result.removed)} old snapshot(s): {', '.join(result.removed)}")

@@ -14,9 +14,14 @@ from statecat.catalog.cli.options import add_home_argument
 
 def add_parser(subparsers):
     parser = subparsers.add_parser("metastore", help="show, start or stop the home's shared metastore server")
-    parser.add_argument("action", nargs="?", choices=("status", "start", "stop", "conf"), default="status",
-                        help="status (default); start; stop; conf: start it and print the Spark conf directory, "
-                             "for SPARK_CONF_DIR=$(statecat metastore conf) spark-sql")
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=("status", "start", "stop", "conf"),
+        default="status",
+        help="status (default); start; stop; conf: start it and print the Spark conf directory, "
+        "for SPARK_CONF_DIR=$(statecat metastore conf) spark-sql",
+    )
     add_home_argument(parser)
     return parser
 
@@ -28,8 +33,10 @@ def run(args) -> int:
 
     home = resolve_home(args.home)
     if home is None:
-        raise StatecatError("a hive-site.xml on Spark's conf path names the metastore; statecat does not run one",
-                            hint="Give --home or set STATECAT_HOME for statecat's own shared metastore")
+        raise StatecatError(
+            "a hive-site.xml on Spark's conf path names the metastore; statecat does not run one",
+            hint="Give --home or set STATECAT_HOME for statecat's own shared metastore",
+        )
     out = sys.stdout
     if args.action == "stop":
         stopped = metastore.stop(home)
@@ -44,6 +51,8 @@ def run(args) -> int:
     if server is None:
         out.write(f"no metastore running for {home} (statecat starts it when a command needs it)\n")
         return 0 if args.action == "status" else 1
-    out.write(f"metastore of {home}: {server.uri} (pid {server.server_pid}), "
-              f"{metastore.connected_clients(server.port)} connection(s), since {server.started_at}\n")
+    out.write(
+        f"metastore of {home}: {server.uri} (pid {server.server_pid}), "
+        f"{metastore.connected_clients(server.port)} connection(s), since {server.started_at}\n"
+    )
     return 0

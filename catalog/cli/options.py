@@ -9,38 +9,54 @@ HOME_ENV = "STATECAT_HOME"
 
 
 def add_home_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--home", default=os.environ.get(HOME_ENV) or None,
-                        help="the catalog's directory: metastore database, warehouse, Spark conf for `spark-sql` "
-                             "(default: $STATECAT_HOME, else ~/.statecat); every process on a home shares it")
+    parser.add_argument(
+        "--home",
+        default=os.environ.get(HOME_ENV) or None,
+        help="the catalog's directory: metastore database, warehouse, Spark conf for `spark-sql` "
+        "(default: $STATECAT_HOME, else ~/.statecat); every process on a home shares it",
+    )
 
 
 def add_descriptors_argument(parser: argparse.ArgumentParser) -> None:
     """``--descriptors FILE`` of the reading commands (read, key, history, diff)."""
-    parser.add_argument("--descriptors", metavar="FILE",
-                        help="descriptor file declaring PyFlink state types (STATEINFO.md), applied in memory: "
-                             "nothing is written next to the savepoint")
+    parser.add_argument(
+        "--descriptors",
+        metavar="FILE",
+        help="descriptor file declaring PyFlink state types (STATEINFO.md), applied in memory: "
+        "nothing is written next to the savepoint",
+    )
 
 
 def add_attach_descriptors_argument(parser: argparse.ArgumentParser) -> None:
     """``--descriptors FILE`` of the commands that attach savepoints (attach, sql --attach)."""
-    parser.add_argument("--descriptors", metavar="FILE",
-                        help="descriptor file declaring PyFlink state types (STATEINFO.md): the databases are "
-                             "created now with the declared tables, which keep the file's path and apply it "
-                             "whenever they are read (nothing is written next to the savepoints)")
+    parser.add_argument(
+        "--descriptors",
+        metavar="FILE",
+        help="descriptor file declaring PyFlink state types (STATEINFO.md): the databases are "
+        "created now with the declared tables, which keep the file's path and apply it "
+        "whenever they are read (nothing is written next to the savepoints)",
+    )
 
 
 def add_unpickle_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--unpickle", action="store_true",
-                        help="unpickle PyFlink pickled values (runs code from the savepoint: trusted savepoints only)")
+    parser.add_argument(
+        "--unpickle",
+        action="store_true",
+        help="unpickle PyFlink pickled values (runs code from the savepoint: trusted savepoints only)",
+    )
 
 
 def add_key_arguments(parser: argparse.ArgumentParser) -> None:
     """What ``key`` and ``history`` take after their path: K and how to narrow and print its view."""
-    parser.add_argument("key", metavar="K",
-                        help="the key as its key column shows it: text, a number, or a JSON list of the fields of a "
-                             "composite key, e.g. '[\"us\", 42]'")
-    parser.add_argument("--operator", action="append", metavar="ID|UID|NAME",
-                        help="only this operator's states (repeatable)")
+    parser.add_argument(
+        "key",
+        metavar="K",
+        help="the key as its key column shows it: text, a number, or a JSON list of the fields of a "
+        "composite key, e.g. '[\"us\", 42]'",
+    )
+    parser.add_argument(
+        "--operator", action="append", metavar="ID|UID|NAME", help="only this operator's states (repeatable)"
+    )
     parser.add_argument("--state", action="append", metavar="NAME", help="only states of this name (repeatable)")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
     add_unpickle_argument(parser)

@@ -49,8 +49,10 @@ def parse_key(text: str, key: TypeDescriptor):
         if column.fields:
             return json.loads(text)
     except ValueError as exc:
-        raise LookupFailedError(f"--key {text!r} is not a valid {column.describe()}",
-                                hint="Give the key as it appears in the key column (JSON for composite keys)") from exc
+        raise LookupFailedError(
+            f"--key {text!r} is not a valid {column.describe()}",
+            hint="Give the key as it appears in the key column (JSON for composite keys)",
+        ) from exc
     return text
 
 

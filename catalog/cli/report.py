@@ -11,15 +11,33 @@ from statecat.statemeta.errors import StatecatError
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser("report", help="write an HTML page with a savepoint's state sizes, skew and top keys")
+    parser = subparsers.add_parser(
+        "report", help="write an HTML page with a savepoint's state sizes, skew and top keys"
+    )
     parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
     parser.add_argument("--html", required=True, metavar="OUT", help="the HTML file to write (replaced atomically)")
-    parser.add_argument("--top", type=int, default=DEFAULT_TOP_KEYS, metavar="N",
-                        help=f"largest keys shown per keyed state (default {DEFAULT_TOP_KEYS})")
-    parser.add_argument("--parallelism", type=int, action="append", default=[], metavar="P",
-                        help="preview a rescale to parallelism P (repeatable; default: twice the current one)")
-    parser.add_argument("--max-states", type=int, default=DEFAULT_MAX_STATES, metavar="N",
-                        help=f"keyed states shown in detail, largest first (default {DEFAULT_MAX_STATES})")
+    parser.add_argument(
+        "--top",
+        type=int,
+        default=DEFAULT_TOP_KEYS,
+        metavar="N",
+        help=f"largest keys shown per keyed state (default {DEFAULT_TOP_KEYS})",
+    )
+    parser.add_argument(
+        "--parallelism",
+        type=int,
+        action="append",
+        default=[],
+        metavar="P",
+        help="preview a rescale to parallelism P (repeatable; default: twice the current one)",
+    )
+    parser.add_argument(
+        "--max-states",
+        type=int,
+        default=DEFAULT_MAX_STATES,
+        metavar="N",
+        help=f"keyed states shown in detail, largest first (default {DEFAULT_MAX_STATES})",
+    )
     return parser
 
 
@@ -31,7 +49,8 @@ def run(args) -> int:
     try:
         out = write_page(page, args.html)
     except OSError as exc:  # the output's directory is missing or not writable
-        raise StatecatError(f"cannot write the report to {args.html}: {exc.strerror}",
-                            hint="Give --html a file in a writable directory") from None
+        raise StatecatError(
+            f"cannot write the report to {args.html}: {exc.strerror}", hint="Give --html a file in a writable directory"
+        ) from None
     print(f"wrote {out}", file=sys.stderr)
     return 0

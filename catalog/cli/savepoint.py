@@ -37,8 +37,12 @@ class FlinkRest:
 
     def call(self, method: str, path: str, body: dict | None = None) -> dict:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json", "Accept": "application/json"})
+        request = urllib.request.Request(
+            self.url + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.request_timeout) as response:
                 payload = response.read()
@@ -47,19 +51,28 @@ class FlinkRest:
             hint = None
             if exc.code == 404:
                 hint = "Check the job id (`flink list` or GET /jobs) and that the job is still running"
-            raise RestError(f"Flink REST API answered {exc.code} to {method} {path}: {detail}", file=self.url,
-                            hint=hint) from None
+            raise RestError(
+                f"Flink REST API answered {exc.code} to {method} {path}: {detail}", file=self.url, hint=hint
+            ) from None
         except urllib.error.URLError as exc:
-            raise RestError(f"cannot reach Flink's REST API: {exc.reason}", file=self.url,
-                            hint="Give the JobManager's REST address, e.g. http://jobmanager:8081") from None
+            raise RestError(
+                f"cannot reach Flink's REST API: {exc.reason}",
+                file=self.url,
+                hint="Give the JobManager's REST address, e.g. http://jobmanager:8081",
+            ) from None
         except (TimeoutError, OSError) as exc:
-            raise RestError(f"no answer from Flink's REST API within {self.request_timeout:g}s to {method} {path}: "
-                            f"{exc}", file=self.url) from None
+            raise RestError(
+                f"no answer from Flink's REST API within {self.request_timeout:g}s to {method} {path}: {exc}",
+                file=self.url,
+            ) from None
         try:
             return json.loads(payload) if payload else {}
         except ValueError:
-            raise RestError(f"Flink's REST API answered {method} {path} with something that is not JSON: "
-                            f"{payload[:200]!r}", file=self.url, hint="Is this the JobManager's REST port?") from None
+            raise RestError(
+                f"Flink's REST API answered {method} {path} with something that is not JSON: {payload[:200]!r}",
+                file=self.url,
+                hint="Is this the JobManager's REST port?",
+            ) from None
 
 
 def _errors(payload: bytes) -> str:
@@ -79,13 +92,23 @@ class TakenSavepoint(NamedTuple):
     completed_at: dt.datetime  # the status poll that saw the operation complete (UTC)
 
 
-def trigger_savepoint(rest: FlinkRest, job_id: str, target: str | None, *, stop: bool = False,
-                      fmt: str = "CANONICAL", timeout: float = DEFAULT_TIMEOUT) -> TakenSavepoint:
+def trigger_savepoint(
+    rest: FlinkRest,
+    job_id: str,
+    target: str | None,
+    *,
+    stop: bool = False,
+    fmt: str = "CANONICAL",
+    timeout: float = DEFAULT_TIMEOUT,
+) -> TakenSavepoint:
     """Takes a savepoint of ``job_id``; returns its location once complete, and when it was taken."""
     state = rest.call("GET", f"/jobs/{job_id}").get("state")  # 404 here names a wrong job id clearly
     if state not in (None, "RUNNING"):
-        raise RestError(f"job {job_id} is {state}; a savepoint needs a running job", file=rest.url,
-                        hint="Savepoints of finished or failed jobs cannot be taken; use a retained checkpoint")
+        raise RestError(
+            f"job {job_id} is {state}; a savepoint needs a running job",
+            file=rest.url,
+            hint="Savepoints of finished or failed jobs cannot be taken; use a retained checkpoint",
+        )
     if stop:
         body = {"drain": False, "formatType": fmt}
         if target:
@@ -109,17 +132,23 @@ def trigger_savepoint(rest: FlinkRest, job_id: str, target: str | None, *, stop:
             operation = answer.get("operation") or {}
             if "failure-cause" in operation:
                 cause = operation["failure-cause"] or {}
-                raise RestError(f"savepoint of job {job_id} failed: {_root_cause(cause)}", file=rest.url,
-                                hint="See the JobManager log for the full cause")
+                raise RestError(
+                    f"savepoint of job {job_id} failed: {_root_cause(cause)}",
+                    file=rest.url,
+                    hint="See the JobManager log for the full cause",
+                )
             location = operation.get("location")
             if not location:
-                raise RestError(f"Flink reported the savepoint of job {job_id} complete without a location",
-                                file=rest.url)
+                raise RestError(
+                    f"Flink reported the savepoint of job {job_id} complete without a location", file=rest.url
+                )
             return TakenSavepoint(location, triggered_at, completed_at)
         if time.monotonic() >= deadline:
-            raise RestError(f"the savepoint of job {job_id} did not complete within {timeout:g}s "
-                            f"(trigger {trigger})", file=rest.url,
-                            hint="Raise --timeout, or check the job's checkpointing in the Flink web UI")
+            raise RestError(
+                f"the savepoint of job {job_id} did not complete within {timeout:g}s (trigger {trigger})",
+                file=rest.url,
+                hint="Raise --timeout, or check the job's checkpointing in the Flink web UI",
+            )
         time.sleep(POLL_INTERVAL)  # polling Flink's asynchronous operation status, not a synchronisation guess
 
 
@@ -129,7 +158,7 @@ def _root_cause(cause: dict) -> str:
     if not stack:
         return str(cause.get("class") or json.dumps(cause)[:500])
     lines = [ln.strip() for ln in stack.splitlines()]
-    causes = [ln[len("Caused by: "):] for ln in lines if ln.startswith("Caused by: ")]
+    causes = [ln[len("Caused by: ") :] for ln in lines if ln.startswith("Caused by: ")]
     text = causes[-1] if causes else lines[0]
     head, sep, message = text.partition(": ")
     return head.rsplit(".", 1)[-1] + sep + message
@@ -138,7 +167,7 @@ def _root_cause(cause: dict) -> str:
 def local_path(location: str) -> str:
     """Flink's ``file:/x`` / ``file:///x`` locations as local paths; other URIs unchanged."""
     if location.startswith("file:"):
-        path = location[len("file:"):]
+        path = location[len("file:") :]
         while path.startswith("//"):
             path = path[1:]
         return path
@@ -147,17 +176,32 @@ def local_path(location: str) -> str:
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        "savepoint", help="trigger a savepoint through Flink's REST API and write its stateInfo",
-        description="Triggers a savepoint of a running job, waits for it, and writes its stateInfo.")
-    parser.add_argument("--rest", required=True, metavar="URL", help="JobManager REST address, e.g. http://localhost:8081")
+        "savepoint",
+        help="trigger a savepoint through Flink's REST API and write its stateInfo",
+        description="Triggers a savepoint of a running job, waits for it, and writes its stateInfo.",
+    )
+    parser.add_argument(
+        "--rest", required=True, metavar="URL", help="JobManager REST address, e.g. http://localhost:8081"
+    )
     parser.add_argument("--job", required=True, metavar="JOB_ID", help="id of the running job")
-    parser.add_argument("--target", metavar="DIR",
-                        help="savepoint directory (default: the cluster's execution.checkpointing.savepoint-dir)")
+    parser.add_argument(
+        "--target",
+        metavar="DIR",
+        help="savepoint directory (default: the cluster's execution.checkpointing.savepoint-dir)",
+    )
     parser.add_argument("--stop", action="store_true", help="stop the job with the savepoint (flink stop)")
-    parser.add_argument("--format", choices=("canonical", "native"), default="canonical",
-                        help="savepoint format (statecat reads canonical; default)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds to wait for the savepoint (default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument(
+        "--format",
+        choices=("canonical", "native"),
+        default="canonical",
+        help="savepoint format (statecat reads canonical; default)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds to wait for the savepoint (default {DEFAULT_TIMEOUT:g})",
+    )
     parser.add_argument("--output", metavar="DIR", help="write DIR/stateInfo instead of into the savepoint")
     parser.add_argument("--descriptors", metavar="FILE", help="descriptor file with the job's declared state types")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -171,11 +215,16 @@ def run(args) -> int:
 
         descriptors = load_descriptors(args.descriptors)  # fail before triggering anything
     rest = FlinkRest(args.rest)
-    taken = trigger_savepoint(rest, args.job, args.target, stop=args.stop, fmt=args.format.upper(),
-                              timeout=args.timeout)
+    taken = trigger_savepoint(
+        rest, args.job, args.target, stop=args.stop, fmt=args.format.upper(), timeout=args.timeout
+    )
     location = taken.location
-    result = snapshot(local_path(location), args.output, descriptors=descriptors,
-                      taken=rest_record(taken.triggered_at, taken.completed_at))
+    result = snapshot(
+        local_path(location),
+        args.output,
+        descriptors=descriptors,
+        taken=rest_record(taken.triggered_at, taken.completed_at),
+    )
     if args.json:
         json.dump({"savepoint": location, "state_info": result.path, "written": result.written}, sys.stdout)
         sys.stdout.write("\n")

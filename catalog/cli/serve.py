@@ -15,22 +15,44 @@ from statecat.catalog.servers.thrift_server import AUTH_MODES, DEFAULT_BIND, DEF
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        "serve", help="serve the savepoint databases over JDBC/ODBC (Spark's Thrift server, HiveServer2)",
+        "serve",
+        help="serve the savepoint databases over JDBC/ODBC (Spark's Thrift server, HiveServer2)",
         description="Attaches the savepoints under the roots (and each new one once it is complete) and serves "
-                    "the home's catalog over the HiveServer2 protocol until SIGTERM or Ctrl-C.")
-    parser.add_argument("roots", nargs="*", metavar="ROOT",
-                        help="savepoint directories, or directories holding savepoints, to attach and watch")
-    parser.add_argument("--bind", default=DEFAULT_BIND,
-                        help=f"address to listen on (default {DEFAULT_BIND}); any other than loopback needs --auth")
+        "the home's catalog over the HiveServer2 protocol until SIGTERM or Ctrl-C.",
+    )
+    parser.add_argument(
+        "roots",
+        nargs="*",
+        metavar="ROOT",
+        help="savepoint directories, or directories holding savepoints, to attach and watch",
+    )
+    parser.add_argument(
+        "--bind",
+        default=DEFAULT_BIND,
+        help=f"address to listen on (default {DEFAULT_BIND}); any other than loopback needs --auth",
+    )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    parser.add_argument("--poll", type=float, default=DEFAULT_POLL_SECONDS, metavar="SECONDS",
-                        help=f"seconds between looks for new savepoints (default {DEFAULT_POLL_SECONDS:g})")
-    parser.add_argument("--auth", choices=AUTH_MODES, default=None,
-                        help="HiveServer2 authentication (hive.server2.authentication); default none on loopback. "
-                             "ldap, kerberos, custom and pam take their settings through --hiveconf")
-    parser.add_argument("--hiveconf", action="append", default=[], metavar="KEY=VALUE",
-                        help="a HiveServer2 setting, e.g. hive.server2.authentication.ldap.url=ldap://... "
-                             "(repeatable)")
+    parser.add_argument(
+        "--poll",
+        type=float,
+        default=DEFAULT_POLL_SECONDS,
+        metavar="SECONDS",
+        help=f"seconds between looks for new savepoints (default {DEFAULT_POLL_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--auth",
+        choices=AUTH_MODES,
+        default=None,
+        help="HiveServer2 authentication (hive.server2.authentication); default none on loopback. "
+        "ldap, kerberos, custom and pam take their settings through --hiveconf",
+    )
+    parser.add_argument(
+        "--hiveconf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a HiveServer2 setting, e.g. hive.server2.authentication.ldap.url=ldap://... (repeatable)",
+    )
     add_home_argument(parser)
     return parser
 
@@ -46,5 +68,12 @@ def run(args) -> int:
     statecat_log = logging.getLogger("statecat")
     statecat_log.addHandler(handler)
     statecat_log.setLevel(logging.INFO)
-    return serve(home=args.home, roots=args.roots, bind=args.bind, port=args.port, poll_seconds=args.poll,
-                 auth=args.auth, hiveconf=hiveconf)
+    return serve(
+        home=args.home,
+        roots=args.roots,
+        bind=args.bind,
+        port=args.port,
+        poll_seconds=args.poll,
+        auth=args.auth,
+        hiveconf=hiveconf,
+    )

@@ -14,14 +14,18 @@ from statecat.statemeta.stateinfo import snapshot
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        "snapshot", help="write the stateInfo (savepoint metadata as JSON) of a savepoint",
+        "snapshot",
+        help="write the stateInfo (savepoint metadata as JSON) of a savepoint",
         description="Writes stateInfo into the savepoint directory (or --output DIR): operators, states, "
-                    "types and the handles index, so readers plan without parsing _metadata.")
+        "types and the handles index, so readers plan without parsing _metadata.",
+    )
     parser.add_argument("path", help="savepoint or retained checkpoint directory (holding _metadata), or its URI")
-    parser.add_argument("--output", metavar="DIR",
-                        help="write DIR/stateInfo instead (for read-only savepoint storage)")
-    parser.add_argument("--descriptors", metavar="FILE",
-                        help="descriptor file with the job's declared state types (PyFlink process mode)")
+    parser.add_argument("--output", metavar="DIR", help="write DIR/stateInfo instead (for read-only savepoint storage)")
+    parser.add_argument(
+        "--descriptors",
+        metavar="FILE",
+        help="descriptor file with the job's declared state types (PyFlink process mode)",
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     return parser
 
@@ -31,12 +35,22 @@ def run(args) -> int:
     doc = result.doc
     states = sum(len(op["states"]) for op in doc["operators"])
     if args.json:
-        json.dump({"state_info": result.path, "written": result.written, "savepoint": doc["savepoint"]["path"],
-                   "checkpoint_id": doc["savepoint"]["checkpoint_id"], "operators": len(doc["operators"]),
-                   "states": states}, sys.stdout)
+        json.dump(
+            {
+                "state_info": result.path,
+                "written": result.written,
+                "savepoint": doc["savepoint"]["path"],
+                "checkpoint_id": doc["savepoint"]["checkpoint_id"],
+                "operators": len(doc["operators"]),
+                "states": states,
+            },
+            sys.stdout,
+        )
         sys.stdout.write("\n")
     else:
         verb = "wrote" if result.written else "unchanged"
-        print(f"{verb} {result.path} (checkpoint {doc['savepoint']['checkpoint_id']}, "
-              f"{len(doc['operators'])} operators, {states} states)")
+        print(
+            f"{verb} {result.path} (checkpoint {doc['savepoint']['checkpoint_id']}, "
+            f"{len(doc['operators'])} operators, {states} states)"
+        )
     return 0

@@ -17,7 +17,7 @@ def add_parser(subparsers):
     add_home_argument(parser)
     # Parsed by cli.main: everything after statecat's own options (--home, --allow-root) goes to spark-sql.
     parser.set_defaults(passthrough=[])
-    parser.usage = "statecat spark-sql [--home DIR] [ARGS for spark-sql, e.g. -e \"SELECT ...\"]"
+    parser.usage = 'statecat spark-sql [--home DIR] [ARGS for spark-sql, e.g. -e "SELECT ..."]'
     return parser
 
 
@@ -31,8 +31,9 @@ def spark_sql_env(home: str, conf_dir: str) -> dict[str, str]:
     import sys
 
     env = dict(os.environ)
-    env.update(SPARK_CONF_DIR=conf_dir, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-               STATECAT_HOME=home)
+    env.update(
+        SPARK_CONF_DIR=conf_dir, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, STATECAT_HOME=home
+    )
     return env
 
 
@@ -43,8 +44,10 @@ def run(args) -> int:
 
     home = resolve_home(args.home)
     if home is None:
-        raise StatecatError("a hive-site.xml on Spark's conf path names the metastore: run spark-sql itself",
-                            hint="Give --home or set STATECAT_HOME for statecat's own catalog")
+        raise StatecatError(
+            "a hive-site.xml on Spark's conf path names the metastore: run spark-sql itself",
+            hint="Give --home or set STATECAT_HOME for statecat's own catalog",
+        )
     conf_dir = metastore.write_client_conf(metastore.start(home))
     command = spark_sql_command(args.passthrough)
     os.execvpe(command[0], command, spark_sql_env(home, conf_dir))

@@ -18,10 +18,19 @@ from statecat.statemeta.errors import LookupFailedError
 def add_parser(subparsers):
     parser = subparsers.add_parser("sql", help="run Spark SQL over the attached savepoints")
     parser.add_argument("query", help="Spark SQL; several statements separated by ';' print the last result")
-    parser.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                        help="table (default), csv, or json (one object per line)")
-    parser.add_argument("--attach", action="append", metavar="ROOT", default=[],
-                        help="attach the savepoints under ROOT first (repeatable; quick when already attached)")
+    parser.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="table (default), csv, or json (one object per line)",
+    )
+    parser.add_argument(
+        "--attach",
+        action="append",
+        metavar="ROOT",
+        default=[],
+        help="attach the savepoints under ROOT first (repeatable; quick when already attached)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="print at most N rows")
     add_attach_descriptors_argument(parser)
     add_home_argument(parser)
@@ -34,9 +43,11 @@ def run(args) -> int:
     from statecat.catalog.spark.queries import sql
 
     if args.descriptors and not args.attach:
-        raise LookupFailedError("--descriptors applies to the savepoints --attach ROOT names",
-                                hint="statecat sql --attach ROOT --descriptors FILE \"QUERY\" (or `statecat attach "
-                                     "ROOT --descriptors FILE` once)")
+        raise LookupFailedError(
+            "--descriptors applies to the savepoints --attach ROOT names",
+            hint='statecat sql --attach ROOT --descriptors FILE "QUERY" (or `statecat attach '
+            "ROOT --descriptors FILE` once)",
+        )
     # A running `statecat serve` on the home answers without starting Spark here (see sql_client).
     server = None if args.attach else server_for(args.home)
     answer = query_server(server, args.query, args.limit) if server is not None else None

@@ -30,6 +30,7 @@ def catalog_registrar(home: str | None) -> Callable[[str], None]:
         result = attach(spark, [uri], eager=True)
         for database in result.materialised:
             log.info("registered %s as database %s", uri, database)
+
     return register
 
 
@@ -47,30 +48,48 @@ def _ready_hooks(args) -> Callable[[str], None] | None:
     def each(uri: str) -> None:
         for hook in hooks:
             hook(uri)
+
     return each
 
 
 def add_parser(subparsers):
     parser = subparsers.add_parser(
-        "watch", help="write the stateInfo of every new savepoint and retained checkpoint under directories",
+        "watch",
+        help="write the stateInfo of every new savepoint and retained checkpoint under directories",
         description="Polls the roots for savepoint-*/chk-N directories with a complete _metadata and writes "
-                    "each one's stateInfo once.")
+        "each one's stateInfo once.",
+    )
     parser.add_argument("roots", nargs="+", metavar="ROOT", help="directories (or URIs) to watch")
     parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="seconds between polls (default 5)")
-    parser.add_argument("--output", metavar="DIR",
-                        help="write stateInfo under DIR (mirroring the paths below each root) instead of into "
-                             "the savepoints")
+    parser.add_argument(
+        "--output",
+        metavar="DIR",
+        help="write stateInfo under DIR (mirroring the paths below each root) instead of into the savepoints",
+    )
     parser.add_argument("--descriptors", metavar="FILE", help="descriptor file with the jobs' declared state types")
-    parser.add_argument("--max-depth", type=int, default=DEFAULT_MAX_DEPTH,
-                        help=f"directory levels below a root to search (default {DEFAULT_MAX_DEPTH})")
-    parser.add_argument("--attach", action="store_true",
-                        help="also register each savepoint as a database in Spark's catalog (like statecat attach)")
-    parser.add_argument("--materialize", metavar="LAKE",
-                        help="also write each savepoint into the Delta lake LAKE (like statecat materialize)")
+    parser.add_argument(
+        "--max-depth",
+        type=int,
+        default=DEFAULT_MAX_DEPTH,
+        help=f"directory levels below a root to search (default {DEFAULT_MAX_DEPTH})",
+    )
+    parser.add_argument(
+        "--attach",
+        action="store_true",
+        help="also register each savepoint as a database in Spark's catalog (like statecat attach)",
+    )
+    parser.add_argument(
+        "--materialize",
+        metavar="LAKE",
+        help="also write each savepoint into the Delta lake LAKE (like statecat materialize)",
+    )
     add_home_argument(parser)
-    parser.add_argument("--once", action="store_true",
-                        help="one pass: snapshot what is there now (no waiting for _metadata to settle) and exit; "
-                             "exit status 1 when a savepoint was damaged or incomplete")
+    parser.add_argument(
+        "--once",
+        action="store_true",
+        help="one pass: snapshot what is there now (no waiting for _metadata to settle) and exit; "
+        "exit status 1 when a savepoint was damaged or incomplete",
+    )
     parser.add_argument("--max-polls", type=int, help=argparse.SUPPRESS)  # for tests: stop after N polls
     return parser
 
@@ -82,9 +101,14 @@ def run(args) -> int:
         from statecat.statemeta.descriptors import load_descriptors
 
         descriptors = load_descriptors(args.descriptors)  # a bad file fails now, not per savepoint
-    watcher = Watcher(args.roots, output=args.output, descriptors=descriptors, max_depth=args.max_depth,
-                      stable_polls=1 if args.once else 2,
-                      on_ready=_ready_hooks(args))
+    watcher = Watcher(
+        args.roots,
+        output=args.output,
+        descriptors=descriptors,
+        max_depth=args.max_depth,
+        stable_polls=1 if args.once else 2,
+        on_ready=_ready_hooks(args),
+    )
     if args.once:
         events = watcher.poll()
         failed = [e for e in events if e.kind in ("skipped", "incomplete")]

@@ -66,8 +66,9 @@ class Selection:
     states: tuple[str, ...] = ()
 
     def wants(self, op: OperatorMeta, state: StateInfo, table: str) -> bool:
-        if self.operators and not any(ref in (op.id, op.uid, op.name) or operator_id_for_uid(ref) == op.id
-                                      for ref in self.operators):
+        if self.operators and not any(
+            ref in (op.id, op.uid, op.name) or operator_id_for_uid(ref) == op.id for ref in self.operators
+        ):
             return False
         return not self.states or state.name in self.states or table in self.states
 
@@ -105,11 +106,12 @@ class Retention:
 
     def removed(self, rows: list[dict], now: dt.datetime) -> set[str]:
         """Ids of the snapshots (rows with snapshot_id, taken_at, checkpoint_id) this rule removes."""
-        ordered = sorted(rows, key=lambda r: (r["taken_at"] or _EPOCH, r["checkpoint_id"] or 0, r["snapshot_id"]),
-                         reverse=True)
+        ordered = sorted(
+            rows, key=lambda r: (r["taken_at"] or _EPOCH, r["checkpoint_id"] or 0, r["snapshot_id"]), reverse=True
+        )
         gone = set()
         if self.keep is not None:
-            gone |= {r["snapshot_id"] for r in ordered[self.keep:]}
+            gone |= {r["snapshot_id"] for r in ordered[self.keep :]}
         if self.keep_days is not None:
             cutoff = now - dt.timedelta(days=self.keep_days)
             gone |= {r["snapshot_id"] for r in ordered if r["taken_at"] is not None and r["taken_at"] < cutoff}
@@ -120,6 +122,7 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 # ----------------------------------------------------------------------------- discovery
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -159,15 +162,24 @@ def identify(uri: str) -> Candidate:
     taken_at, taken_at_source = savepoint_time(storage)
     parent = posixpath.basename(posixpath.dirname(storage.directory.rstrip("/")))
     job_id = parent if _JOB_ID.match(parent) else None  # <checkpoint dir>/<job id>/chk-N
-    return Candidate(storage, fingerprint.sha256[:SNAPSHOT_ID_LENGTH], fingerprint.sha256, taken_at,
-                     taken_at_source, job_id)
+    return Candidate(
+        storage, fingerprint.sha256[:SNAPSHOT_ID_LENGTH], fingerprint.sha256, taken_at, taken_at_source, job_id
+    )
 
 
 # ----------------------------------------------------------------------------- the run
 
+
 class Materializer:
-    def __init__(self, lake: str | Lake, *, selection: Selection = Selection(), retention: Retention = Retention(),
-                 descriptors=None, on_result: Callable[[SnapshotResult], None] | None = None):
+    def __init__(
+        self,
+        lake: str | Lake,
+        *,
+        selection: Selection = Selection(),
+        retention: Retention = Retention(),
+        descriptors=None,
+        on_result: Callable[[SnapshotResult], None] | None = None,
+    ):
         self.lake = lake if isinstance(lake, Lake) else Lake(lake)
         self.selection = selection
         self.retention = retention
@@ -190,21 +202,33 @@ class Materializer:
         todo = []
         for cand in candidates:
             if cand.snapshot_id in seen:
-                self._report(result, SnapshotResult(cand.storage.uri, cand.snapshot_id, "skipped", "a copy of "
-                                                    "another snapshot given in this run"))
+                self._report(
+                    result,
+                    SnapshotResult(
+                        cand.storage.uri, cand.snapshot_id, "skipped", "a copy of another snapshot given in this run"
+                    ),
+                )
                 continue
             seen.add(cand.snapshot_id)
             row = existing.get(cand.snapshot_id)
             if row is not None and not self._retry(row):
-                self._report(result, SnapshotResult(cand.storage.uri, cand.snapshot_id, "skipped",
-                                                    f"already in the lake ({row['status']})"))
+                self._report(
+                    result,
+                    SnapshotResult(
+                        cand.storage.uri, cand.snapshot_id, "skipped", f"already in the lake ({row['status']})"
+                    ),
+                )
                 continue
             todo.append(cand)
         retired = self._retired_on_arrival(existing, todo)
         for cand in todo:
             if cand.snapshot_id in retired:
-                self._report(result, SnapshotResult(cand.storage.uri, cand.snapshot_id, "retired",
-                                                    "older than what --keep/--keep-days retains"))
+                self._report(
+                    result,
+                    SnapshotResult(
+                        cand.storage.uri, cand.snapshot_id, "retired", "older than what --keep/--keep-days retains"
+                    ),
+                )
                 continue
             self._report(result, self.materialize_one(cand))
         from deltalake.exceptions import DeltaError
@@ -214,8 +238,10 @@ class Materializer:
                 result.removed = self.apply_retention()
             result.orphans_deleted = self.delete_orphans()
         except (DeltaError, OSError) as exc:
-            raise StatecatError(f"cannot clean up the lake {self.lake.uri}: {_first_line(exc)}",
-                                hint="Its snapshots are written; the next run retries the clean-up") from exc
+            raise StatecatError(
+                f"cannot clean up the lake {self.lake.uri}: {_first_line(exc)}",
+                hint="Its snapshots are written; the next run retries the clean-up",
+            ) from exc
         return result
 
     def materialize_path(self, uri: str) -> SnapshotResult:
@@ -276,8 +302,12 @@ class Materializer:
                     continue
                 written[(op.id, state.name)] = self._write_state(meta, op, state, table, snapshot_values, stats)
             self._write_partition(STATE_STATS, STATE_STATS_SCHEMA, snapshot_values[0], stats)
-            self._write_partition(STATE_META, STATE_META_SCHEMA, snapshot_values[0],
-                                  _state_meta_rows(meta, names, written, snapshot_values))
+            self._write_partition(
+                STATE_META,
+                STATE_META_SCHEMA,
+                snapshot_values[0],
+                _state_meta_rows(meta, names, written, snapshot_values),
+            )
         except (StatecatError, OSError) as exc:
             # Partitions already written stay invisible (no snapshots row) and are rewritten or deleted later.
             return SnapshotResult(uri, cand.snapshot_id, "failed", str(exc))
@@ -294,8 +324,9 @@ class Materializer:
         detail = "; ".join(unsupported)
         return SnapshotResult(uri, cand.snapshot_id, outcome, detail, rows, len(written))
 
-    def _write_state(self, meta: StateMeta, op: OperatorMeta, state: StateInfo, table: str,
-                     snapshot_values: tuple, stats: list[dict]) -> int:
+    def _write_state(
+        self, meta: StateMeta, op: OperatorMeta, state: StateInfo, table: str, snapshot_values: tuple, stats: list[dict]
+    ) -> int:
         from deltalake import write_deltalake
         from deltalake.exceptions import DeltaError
 
@@ -303,24 +334,34 @@ class Materializer:
         schema = delta_schema(pa.schema(SNAPSHOT_COLUMNS + list(source)))
         counter = [0]
         failure: list[BaseException] = []
-        batches = _remember_failure(self._state_batches(meta, op, state, table, schema, snapshot_values, stats,
-                                                        counter), failure)
+        batches = _remember_failure(
+            self._state_batches(meta, op, state, table, schema, snapshot_values, stats, counter), failure
+        )
         reader = pa.RecordBatchReader.from_batches(schema, batches)
         uri = self.lake.state_table_uri(table)
         try:
             self._prepare_table(uri, schema, op, state)
-            write_deltalake(uri, reader, mode="overwrite", predicate=_partition_predicate(snapshot_values[0]),
-                            partition_by=[PARTITION_COLUMN], schema_mode="merge",
-                            storage_options=self.lake.storage_options,
-                            commit_properties=_commit_properties(snapshot_values[0]))
+            write_deltalake(
+                uri,
+                reader,
+                mode="overwrite",
+                predicate=_partition_predicate(snapshot_values[0]),
+                partition_by=[PARTITION_COLUMN],
+                schema_mode="merge",
+                storage_options=self.lake.storage_options,
+                commit_properties=_commit_properties(snapshot_values[0]),
+            )
         except DeltaError as exc:
             if failure:  # reading the state failed inside the writer: report that error itself
                 raise failure[0] from None
-            raise StatecatError(f"cannot write lake table {uri}: {_first_line(exc)}", operator=op.label,
-                                state=state.name,
-                                hint="A table holds one logical state of one job; if its type changed in a way "
-                                     "Delta cannot merge (see README, Dashboards), or the lake holds another "
-                                     "job's state of that name, use one lake per job (--to LAKE/<job>)") from exc
+            raise StatecatError(
+                f"cannot write lake table {uri}: {_first_line(exc)}",
+                operator=op.label,
+                state=state.name,
+                hint="A table holds one logical state of one job; if its type changed in a way "
+                "Delta cannot merge (see README, Dashboards), or the lake holds another "
+                "job's state of that name, use one lake per job (--to LAKE/<job>)",
+            ) from exc
         self._committed()
         return counter[0]
 
@@ -332,15 +373,23 @@ class Materializer:
         # feature its columns need (the table is then unreadable): create the table with the snapshot
         # columns only, add the feature, and let the write merge in the state's columns.
         if not DeltaTable.is_deltatable(uri, storage_options=self.lake.storage_options):
-            DeltaTable.create(uri, pa.schema(SNAPSHOT_COLUMNS), partition_by=[PARTITION_COLUMN], mode="ignore",
-                              storage_options=self.lake.storage_options)
+            DeltaTable.create(
+                uri,
+                pa.schema(SNAPSHOT_COLUMNS),
+                partition_by=[PARTITION_COLUMN],
+                mode="ignore",
+                storage_options=self.lake.storage_options,
+            )
         table = DeltaTable(uri, storage_options=self.lake.storage_options)
         problem = _schema_change_problem(pa.schema(table.schema().to_arrow()), schema)
         if problem:
             raise StatecatError(
-                f"lake table {uri} cannot hold this state's type: {problem}", operator=op.label, state=state.name,
+                f"lake table {uri} cannot hold this state's type: {problem}",
+                operator=op.label,
+                state=state.name,
                 hint="A table holds one logical state of one job: give another job its own lake (--to LAKE/<job>); "
-                     "after an incompatible change of a state's type, start a new lake")
+                "after an incompatible change of a state's type, start a new lake",
+            )
         if _has_naive_timestamp(schema) and "timestampNtz" not in set(table.protocol().writer_features or ()):
             table.alter.add_feature(TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True)
 
@@ -350,18 +399,30 @@ class Materializer:
         snapshot_id, checkpoint_id, taken_at = snapshot_values
 
         def stat(subtask, key_group, entries, size):
-            stats.append({"snapshot_id": snapshot_id, "checkpoint_id": checkpoint_id, "taken_at": taken_at,
-                          "operator_id": op.id, "operator": op.label, "state_name": state.name,
-                          "table_name": table, "subtask": subtask, "key_group": key_group, "entries": entries,
-                          "bytes": size})
+            stats.append(
+                {
+                    "snapshot_id": snapshot_id,
+                    "checkpoint_id": checkpoint_id,
+                    "taken_at": taken_at,
+                    "operator_id": op.id,
+                    "operator": op.label,
+                    "state_name": state.name,
+                    "table_name": table,
+                    "subtask": subtask,
+                    "key_group": key_group,
+                    "entries": entries,
+                    "bytes": size,
+                }
+            )
 
         def prefixed(batch):
             n = batch.num_rows
-            front = [pa.repeat(pa.scalar(snapshot_id, pa.string()), n),
-                     pa.repeat(pa.scalar(checkpoint_id, pa.int64()), n),
-                     pa.repeat(pa.scalar(taken_at, SNAPSHOT_COLUMNS[2].type), n)]
-            return to_delta(pa.RecordBatch.from_arrays(front + batch.columns,
-                                                       names=schema.names), schema)
+            front = [
+                pa.repeat(pa.scalar(snapshot_id, pa.string()), n),
+                pa.repeat(pa.scalar(checkpoint_id, pa.int64()), n),
+                pa.repeat(pa.scalar(taken_at, SNAPSHOT_COLUMNS[2].type), n),
+            ]
+            return to_delta(pa.RecordBatch.from_arrays(front + batch.columns, names=schema.names), schema)
 
         for loc in state.locations:
             if state.is_keyed:
@@ -407,38 +468,63 @@ class Materializer:
 
         table = pa.Table.from_pylist(rows, schema=schema)
         try:
-            write_deltalake(self.lake.table_uri(name), table, mode="overwrite",
-                            predicate=_partition_predicate(snapshot_id), partition_by=[PARTITION_COLUMN],
-                            schema_mode="merge", storage_options=self.lake.storage_options,
-                            commit_properties=_commit_properties(snapshot_id))
+            write_deltalake(
+                self.lake.table_uri(name),
+                table,
+                mode="overwrite",
+                predicate=_partition_predicate(snapshot_id),
+                partition_by=[PARTITION_COLUMN],
+                schema_mode="merge",
+                storage_options=self.lake.storage_options,
+                commit_properties=_commit_properties(snapshot_id),
+            )
         except DeltaError as exc:
             raise StatecatError(f"cannot write lake table {self.lake.table_uri(name)}: {_first_line(exc)}") from exc
         self._committed()
 
-    def _write_snapshot_row(self, cand: Candidate, meta: StateMeta, status: str, unsupported: list[str],
-                            states: int, rows: int) -> None:
+    def _write_snapshot_row(
+        self, cand: Candidate, meta: StateMeta, status: str, unsupported: list[str], states: int, rows: int
+    ) -> None:
         from deltalake import write_deltalake
 
         from statecat import __version__
 
         # Absolute, so the lake says where the savepoint is whatever directory the command ran in.
         path = cand.storage.uri if "://" in cand.storage.uri else cand.storage.directory
-        row = {"snapshot_id": cand.snapshot_id, "path": path, "checkpoint_id": meta.checkpoint_id,
-               "is_savepoint": meta.metadata.is_savepoint, "taken_at": cand.taken_at,
-               "taken_at_source": cand.taken_at_source, "job_id": cand.job_id,
-               "metadata_sha256": cand.metadata_sha256, "metadata_version": meta.metadata.version,
-               "status": status, "unsupported": unsupported, "states": states, "rows": rows,
-               "statecat_version": __version__, "materialized_at": _now()}
+        row = {
+            "snapshot_id": cand.snapshot_id,
+            "path": path,
+            "checkpoint_id": meta.checkpoint_id,
+            "is_savepoint": meta.metadata.is_savepoint,
+            "taken_at": cand.taken_at,
+            "taken_at_source": cand.taken_at_source,
+            "job_id": cand.job_id,
+            "metadata_sha256": cand.metadata_sha256,
+            "metadata_version": meta.metadata.version,
+            "status": status,
+            "unsupported": unsupported,
+            "states": states,
+            "rows": rows,
+            "statecat_version": __version__,
+            "materialized_at": _now(),
+        }
         from deltalake.exceptions import DeltaError
 
         # Replaces an earlier 'unsupported' row of the same snapshot in the same commit.
         try:
-            write_deltalake(self.lake.table_uri(SNAPSHOTS), pa.Table.from_pylist([row], schema=SNAPSHOTS_SCHEMA),
-                            mode="overwrite", predicate=_partition_predicate(cand.snapshot_id), schema_mode="merge",
-                            storage_options=self.lake.storage_options,
-                            commit_properties=_commit_properties(cand.snapshot_id))
+            write_deltalake(
+                self.lake.table_uri(SNAPSHOTS),
+                pa.Table.from_pylist([row], schema=SNAPSHOTS_SCHEMA),
+                mode="overwrite",
+                predicate=_partition_predicate(cand.snapshot_id),
+                schema_mode="merge",
+                storage_options=self.lake.storage_options,
+                commit_properties=_commit_properties(cand.snapshot_id),
+            )
         except DeltaError as exc:
-            raise StatecatError(f"cannot write lake table {self.lake.table_uri(SNAPSHOTS)}: {_first_line(exc)}") from exc
+            raise StatecatError(
+                f"cannot write lake table {self.lake.table_uri(SNAPSHOTS)}: {_first_line(exc)}"
+            ) from exc
 
     def _committed(self) -> None:
         self._commits += 1
@@ -469,8 +555,9 @@ class Materializer:
         for name in [SNAPSHOTS, *self._data_tables()]:
             table = self.lake.open(name)
             if table is not None:
-                table.vacuum(retention_hours=int(self.retention.vacuum_hours), dry_run=False,
-                             enforce_retention_duration=False)
+                table.vacuum(
+                    retention_hours=int(self.retention.vacuum_hours), dry_run=False, enforce_retention_duration=False
+                )
 
     def delete_orphans(self) -> int:
         """Deletes partitions of snapshots with no ``snapshots`` row (left by a crash, never resumed)."""
@@ -495,17 +582,29 @@ def _state_meta_rows(meta: StateMeta, names: dict, written: dict, snapshot_value
     rows = []
     for op, state in meta.states():
         done = (op.id, state.name) in written
-        rows.append({
-            "snapshot_id": snapshot_id, "checkpoint_id": checkpoint_id, "taken_at": taken_at,
-            "operator_id": op.id, "operator_uid": op.uid, "operator_name": op.name,
-            "parallelism": op.parallelism, "max_parallelism": op.max_parallelism,
-            "state_name": state.name, "kind": state.kind, "state_type": state.state_type,
-            "key_type": state.key.describe() if state.key is not None else None,
-            "namespace_type": state.namespace.describe() if state.namespace is not None else None,
-            "value_type": state.value.describe(), "decode_status": state.decode_status,
-            "raw_reasons": state.raw_reasons, "table_name": names[(op.id, state.name)] if done else None,
-            "materialized": done, "rows": written.get((op.id, state.name)),
-        })
+        rows.append(
+            {
+                "snapshot_id": snapshot_id,
+                "checkpoint_id": checkpoint_id,
+                "taken_at": taken_at,
+                "operator_id": op.id,
+                "operator_uid": op.uid,
+                "operator_name": op.name,
+                "parallelism": op.parallelism,
+                "max_parallelism": op.max_parallelism,
+                "state_name": state.name,
+                "kind": state.kind,
+                "state_type": state.state_type,
+                "key_type": state.key.describe() if state.key is not None else None,
+                "namespace_type": state.namespace.describe() if state.namespace is not None else None,
+                "value_type": state.value.describe(),
+                "decode_status": state.decode_status,
+                "raw_reasons": state.raw_reasons,
+                "table_name": names[(op.id, state.name)] if done else None,
+                "materialized": done,
+                "rows": written.get((op.id, state.name)),
+            }
+        )
     return rows
 
 
@@ -537,8 +636,9 @@ def _incompatible(old: pa.DataType, new: pa.DataType, path: str) -> str | None:
     if pa.types.is_list(old) and pa.types.is_list(new):
         return _incompatible(old.value_type, new.value_type, f"{path}[]")
     if pa.types.is_map(old) and pa.types.is_map(new):
-        return (_incompatible(old.key_type, new.key_type, f"{path}.key")
-                or _incompatible(old.item_type, new.item_type, f"{path}.value"))
+        return _incompatible(old.key_type, new.key_type, f"{path}.key") or _incompatible(
+            old.item_type, new.item_type, f"{path}.value"
+        )
     if pa.types.is_timestamp(old) and pa.types.is_timestamp(new) and (old.tz is None) == (new.tz is None):
         return None  # Delta keeps one unit (microseconds) and zone (UTC)
     return f"column {path} was {old}, is now {new}"
@@ -555,6 +655,7 @@ def _has_naive_timestamp(schema) -> bool:
         if pa.types.is_list(t):
             return naive(t.value_type)
         return False
+
     return any(naive(f.type) for f in schema)
 
 
@@ -598,9 +699,6 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-
-
-
 def lake_writer(lake: str) -> Callable[[str], None]:
     """For ``watch --materialize``: writes each ready savepoint into the lake (skips those it has)."""
     materializer = Materializer(lake)
@@ -610,6 +708,7 @@ def lake_writer(lake: str) -> Callable[[str], None]:
         # A daemon logs a failure and goes on; the next `statecat materialize` run tries the savepoint again.
         level = logging.ERROR if result.outcome == "failed" else logging.INFO
         log.log(level, "materialize %s: %s%s", uri, result.outcome, f" ({result.detail})" if result.detail else "")
+
     return write
 
 
@@ -620,6 +719,6 @@ def _shares(total: int, weights: list[int]) -> list[int]:
         return [0] * len(weights)
     exact = [total * w / weight for w in weights]
     out = [int(x) for x in exact]
-    for i in sorted(range(len(weights)), key=lambda i: exact[i] - out[i], reverse=True)[:total - sum(out)]:
+    for i in sorted(range(len(weights)), key=lambda i: exact[i] - out[i], reverse=True)[: total - sum(out)]:
         out[i] += 1
     return out

@@ -35,57 +35,65 @@ SNAPSHOT_COLUMNS = [
     pa.field("taken_at", pa.timestamp("us", tz="UTC")),
 ]
 
-SNAPSHOTS_SCHEMA = pa.schema([
-    pa.field("snapshot_id", pa.string()),
-    pa.field("path", pa.string()),
-    pa.field("checkpoint_id", pa.int64()),
-    pa.field("is_savepoint", pa.bool_()),
-    pa.field("taken_at", pa.timestamp("us", tz="UTC")),
-    pa.field("taken_at_source", pa.string()),
-    pa.field("job_id", pa.string()),
-    pa.field("metadata_sha256", pa.string()),
-    pa.field("metadata_version", pa.int32()),
-    pa.field("status", pa.string()),  # complete | partial (some states unsupported) | unsupported
-    pa.field("unsupported", pa.list_(pa.string())),
-    pa.field("states", pa.int32()),
-    pa.field("rows", pa.int64()),
-    pa.field("statecat_version", pa.string()),
-    pa.field("materialized_at", pa.timestamp("us", tz="UTC")),
-])
+SNAPSHOTS_SCHEMA = pa.schema(
+    [
+        pa.field("snapshot_id", pa.string()),
+        pa.field("path", pa.string()),
+        pa.field("checkpoint_id", pa.int64()),
+        pa.field("is_savepoint", pa.bool_()),
+        pa.field("taken_at", pa.timestamp("us", tz="UTC")),
+        pa.field("taken_at_source", pa.string()),
+        pa.field("job_id", pa.string()),
+        pa.field("metadata_sha256", pa.string()),
+        pa.field("metadata_version", pa.int32()),
+        pa.field("status", pa.string()),  # complete | partial (some states unsupported) | unsupported
+        pa.field("unsupported", pa.list_(pa.string())),
+        pa.field("states", pa.int32()),
+        pa.field("rows", pa.int64()),
+        pa.field("statecat_version", pa.string()),
+        pa.field("materialized_at", pa.timestamp("us", tz="UTC")),
+    ]
+)
 
-STATE_META_SCHEMA = pa.schema(SNAPSHOT_COLUMNS + [
-    pa.field("operator_id", pa.string()),
-    pa.field("operator_uid", pa.string()),
-    pa.field("operator_name", pa.string()),
-    pa.field("parallelism", pa.int32()),
-    pa.field("max_parallelism", pa.int32()),
-    pa.field("state_name", pa.string()),
-    pa.field("kind", pa.string()),
-    pa.field("state_type", pa.string()),
-    pa.field("key_type", pa.string()),
-    pa.field("namespace_type", pa.string()),
-    pa.field("value_type", pa.string()),
-    pa.field("decode_status", pa.string()),
-    pa.field("raw_reasons", pa.list_(pa.string())),
-    pa.field("table_name", pa.string()),  # the table under LAKE/states/, null when not materialized
-    pa.field("materialized", pa.bool_()),
-    pa.field("rows", pa.int64()),
-])
+STATE_META_SCHEMA = pa.schema(
+    SNAPSHOT_COLUMNS
+    + [
+        pa.field("operator_id", pa.string()),
+        pa.field("operator_uid", pa.string()),
+        pa.field("operator_name", pa.string()),
+        pa.field("parallelism", pa.int32()),
+        pa.field("max_parallelism", pa.int32()),
+        pa.field("state_name", pa.string()),
+        pa.field("kind", pa.string()),
+        pa.field("state_type", pa.string()),
+        pa.field("key_type", pa.string()),
+        pa.field("namespace_type", pa.string()),
+        pa.field("value_type", pa.string()),
+        pa.field("decode_status", pa.string()),
+        pa.field("raw_reasons", pa.list_(pa.string())),
+        pa.field("table_name", pa.string()),  # the table under LAKE/states/, null when not materialized
+        pa.field("materialized", pa.bool_()),
+        pa.field("rows", pa.int64()),
+    ]
+)
 
-STATE_STATS_SCHEMA = pa.schema(SNAPSHOT_COLUMNS + [
-    pa.field("operator_id", pa.string()),
-    pa.field("operator", pa.string()),  # the operator's uid, else name, else id
-    pa.field("state_name", pa.string()),
-    pa.field("table_name", pa.string()),
-    pa.field("subtask", pa.int32()),
-    # Keyed states: the key-group. Operator states: null (one row per subtask).
-    pa.field("key_group", pa.int32()),
-    pa.field("entries", pa.int64()),
-    # Keyed states: bytes of the key-group in the operator's stream, which holds all the operator's
-    # keyed states of that key-group together (the same figure on each of them: sum it once per
-    # operator and key-group). Operator states: the state's own bytes in the subtask's stream.
-    pa.field("bytes", pa.int64()),
-])
+STATE_STATS_SCHEMA = pa.schema(
+    SNAPSHOT_COLUMNS
+    + [
+        pa.field("operator_id", pa.string()),
+        pa.field("operator", pa.string()),  # the operator's uid, else name, else id
+        pa.field("state_name", pa.string()),
+        pa.field("table_name", pa.string()),
+        pa.field("subtask", pa.int32()),
+        # Keyed states: the key-group. Operator states: null (one row per subtask).
+        pa.field("key_group", pa.int32()),
+        pa.field("entries", pa.int64()),
+        # Keyed states: bytes of the key-group in the operator's stream, which holds all the operator's
+        # keyed states of that key-group together (the same figure on each of them: sum it once per
+        # operator and key-group). Operator states: the state's own bytes in the subtask's stream.
+        pa.field("bytes", pa.int64()),
+    ]
+)
 
 
 class Lake:
@@ -148,9 +156,17 @@ def storage_options_for(uri: str) -> dict[str, str] | None:
     if not uri.startswith(("s3://", "s3a://")):
         return None
     options = {}
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
-                 "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP", "AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER",
-                 "AWS_CONDITIONAL_PUT"):
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_REGION",
+        "AWS_ENDPOINT_URL",
+        "AWS_ALLOW_HTTP",
+        "AWS_S3_ALLOW_UNSAFE_RENAME",
+        "AWS_S3_LOCKING_PROVIDER",
+        "AWS_CONDITIONAL_PUT",
+    ):
         if os.environ.get(name):
             options[name] = os.environ[name]
     if "AWS_REGION" not in options and os.environ.get("AWS_DEFAULT_REGION"):
@@ -171,6 +187,7 @@ def filesystem_for(uri: str):
 
 
 # ----------------------------------------------------------------------------- Arrow → Delta types
+
 
 def delta_type(t: pa.DataType) -> pa.DataType:
     """The type a column of type ``t`` is stored as in Delta (see the module's rule)."""
@@ -231,14 +248,17 @@ def _convert(array: pa.Array, target: pa.DataType) -> pa.Array:
         return _convert(array.dictionary_decode(), target)
     if pa.types.is_struct(source) and pa.types.is_struct(target):
         children = [_convert(array.field(i), target.field(i).type) for i in range(source.num_fields)]
-        return pa.StructArray.from_arrays(children, fields=list(target), mask=array.is_null() if array.null_count else None)
+        return pa.StructArray.from_arrays(
+            children, fields=list(target), mask=array.is_null() if array.null_count else None
+        )
     if pa.types.is_struct(source) and pa.types.is_string(target):  # empty struct
         return pa.nulls(len(array), pa.string())
     if pa.types.is_map(source) and pa.types.is_map(target):
         keys = _convert(array.keys, target.key_type)
         items = _convert(array.items, target.item_type)
-        return pa.MapArray.from_arrays(array.offsets, keys, items, type=target,
-                                       mask=array.is_null() if array.null_count else None)
+        return pa.MapArray.from_arrays(
+            array.offsets, keys, items, type=target, mask=array.is_null() if array.null_count else None
+        )
     if (pa.types.is_list(source) or pa.types.is_large_list(source)) and pa.types.is_list(target):
         values = _convert(array.flatten(), target.value_type)
         offsets = pc.cast(array.offsets, pa.int32())
@@ -246,8 +266,9 @@ def _convert(array: pa.Array, target: pa.DataType) -> pa.Array:
             # flatten() drops null slots' values; rebuild offsets from value lengths to match.
             lengths = pc.fill_null(pc.list_value_length(array), 0)
             offsets = pa.array([0] + list(_cumsum(lengths.to_pylist())), pa.int32())
-        return pa.ListArray.from_arrays(offsets, values, type=target,
-                                        mask=array.is_null() if array.null_count else None)
+        return pa.ListArray.from_arrays(
+            offsets, values, type=target, mask=array.is_null() if array.null_count else None
+        )
     return pc.cast(array, target)
 
 

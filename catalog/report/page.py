@@ -18,12 +18,14 @@ from statecat.statemeta.model import StateMeta, load_state_meta
 DEFAULT_TOP_KEYS = 10
 DEFAULT_MAX_STATES = 10
 SIDE_FIGURE_INCHES = 6.5  # a picture with its table beside it
-PAGE_STYLE = ("<style>body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px;"
-              "max-width:1100px;color:#222}h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;"
-              "padding-bottom:4px;margin-top:28px}h3{font-size:15px;margin-top:20px}"
-              "img{max-width:100%;height:auto;display:block;margin:6px 0}.error{color:#a33}"
-              ".row{display:flex;gap:16px;align-items:center}.row>div:first-child{flex:0 1 auto;min-width:0}"
-              ".statecat caption{white-space:nowrap}</style>")
+PAGE_STYLE = (
+    "<style>body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px;"
+    "max-width:1100px;color:#222}h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ddd;"
+    "padding-bottom:4px;margin-top:28px}h3{font-size:15px;margin-top:20px}"
+    "img{max-width:100%;height:auto;display:block;margin:6px 0}.error{color:#a33}"
+    ".row{display:flex;gap:16px;align-items:center}.row>div:first-child{flex:0 1 auto;min-width:0}"
+    ".statecat caption{white-space:nowrap}</style>"
+)
 
 
 def image(figure, alt: str) -> str:
@@ -55,21 +57,33 @@ def _keyed_section(meta: StateMeta, row: skew.StateSize, top: int, parallelisms:
         return parts[0] + f'<p class="error">{escape(exc)}</p>'
     parts.append(image(plots.key_group_skew(groups), f"key-group skew of {title}"))
     parts.append(skew.subtask_totals(groups)._repr_html_())
-    parts.append(_side_by_side(image(plots.top_keys(keys, width=SIDE_FIGURE_INCHES), f"top keys of {title}"),
-                               keys._repr_html_()))
+    parts.append(
+        _side_by_side(image(plots.top_keys(keys, width=SIDE_FIGURE_INCHES), f"top keys of {title}"), keys._repr_html_())
+    )
     for parallelism in parallelisms or [default_parallelism(groups)]:
         try:
             preview = skew.rescale_preview(groups, parallelism)
         except StatecatError as exc:
             parts.append(f'<p class="error">{escape(exc)}</p>')
             continue
-        parts.append(_side_by_side(image(plots.rescale_preview(groups, parallelism, width=SIDE_FIGURE_INCHES),
-                                         f"rescale preview of {title}"), preview._repr_html_()))
+        parts.append(
+            _side_by_side(
+                image(
+                    plots.rescale_preview(groups, parallelism, width=SIDE_FIGURE_INCHES), f"rescale preview of {title}"
+                ),
+                preview._repr_html_(),
+            )
+        )
     return "".join(parts)
 
 
-def report_html(savepoint: str | StateMeta, *, top: int = DEFAULT_TOP_KEYS, parallelisms: list[int] | None = None,
-                max_states: int = DEFAULT_MAX_STATES) -> str:
+def report_html(
+    savepoint: str | StateMeta,
+    *,
+    top: int = DEFAULT_TOP_KEYS,
+    parallelisms: list[int] | None = None,
+    max_states: int = DEFAULT_MAX_STATES,
+) -> str:
     """The report page of one savepoint: its StateMeta, state sizes, and for its largest keyed states
     key-group skew, top keys and a rescale preview."""
     from statecat.catalog.report import plots
@@ -77,24 +91,35 @@ def report_html(savepoint: str | StateMeta, *, top: int = DEFAULT_TOP_KEYS, para
     meta = savepoint if isinstance(savepoint, StateMeta) else load_state_meta(savepoint)
     sizes = skew.state_sizes(meta)
     # Native RocksDB states know their bytes but not their entries (state_bytes): they count too.
-    keyed = sorted((row for row in sizes if row.kind in ("keyed", "timer")
-                    and (row.entries or (row.entries is None and row.bytes))),
-                   key=lambda row: -(row.bytes or 0))
+    keyed = sorted(
+        (
+            row
+            for row in sizes
+            if row.kind in ("keyed", "timer") and (row.entries or (row.entries is None and row.bytes))
+        ),
+        key=lambda row: -(row.bytes or 0),
+    )
     shown = keyed[:max_states]
     generated = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>statecat report: {escape(meta.path)}"
-             f"</title>{PAGE_STYLE}{STYLE}</head><body>",
-             f"<h1>statecat report</h1><p>{escape(meta.path)}<br><span class=\"note\">checkpoint "
-             f"{escape(meta.checkpoint_id)}; generated {escape(generated)}</span></p>",
-             "<h2>Operators and states</h2>", state_meta_html(meta),
-             "<h2>State sizes</h2>", image(plots.state_sizes(sizes), "state size per operator and state"),
-             sizes._repr_html_(),
-             "<h2>Keyed states</h2>"]
+    parts = [
+        f'<!DOCTYPE html><html><head><meta charset="utf-8"><title>statecat report: {escape(meta.path)}'
+        f"</title>{PAGE_STYLE}{STYLE}</head><body>",
+        f'<h1>statecat report</h1><p>{escape(meta.path)}<br><span class="note">checkpoint '
+        f"{escape(meta.checkpoint_id)}; generated {escape(generated)}</span></p>",
+        "<h2>Operators and states</h2>",
+        state_meta_html(meta),
+        "<h2>State sizes</h2>",
+        image(plots.state_sizes(sizes), "state size per operator and state"),
+        sizes._repr_html_(),
+        "<h2>Keyed states</h2>",
+    ]
     if not keyed:
         parts.append('<p class="note">No keyed state holds entries.</p>')
     if len(keyed) > len(shown):
-        parts.append(f'<p class="note">The {len(shown)} largest of {len(keyed)} keyed states with entries '
-                     f'(more with --max-states).</p>')
+        parts.append(
+            f'<p class="note">The {len(shown)} largest of {len(keyed)} keyed states with entries '
+            f"(more with --max-states).</p>"
+        )
     parts.extend(_keyed_section(meta, row, top, parallelisms or []) for row in shown)
     parts.append("</body></html>")
     return "".join(parts)
@@ -129,20 +154,27 @@ ATTACH_COLUMNS = ("database", "savepoint", "status", "error")
 def attach_rows(result) -> list[tuple]:
     """One row per savepoint an attach saw: newly registered, already known, materialised, failed."""
     materialised = set(result.materialised)
-    rows = [(r.database, r.path, "registered, materialised" if r.database in materialised else "registered", "")
-            for r in result.registered]
+    rows = [
+        (r.database, r.path, "registered, materialised" if r.database in materialised else "registered", "")
+        for r in result.registered
+    ]
     registered = {r.database for r in result.registered}
     rows += [(name, "", "known, materialised" if name in materialised else "known", "") for name in result.known]
-    rows += [(name, "", "materialised", "") for name in result.materialised
-             if name not in registered and name not in result.known]
+    rows += [
+        (name, "", "materialised", "")
+        for name in result.materialised
+        if name not in registered and name not in result.known
+    ]
     rows += [("", path, "failed", error) for path, error in result.failed]
     return rows
 
 
 def attach_result_html(result) -> str:
-    summary = (f"<div><b>attach</b>: {len(result.registered)} registered, {len(result.known)} already known, "
-               f"{len(result.materialised)} materialised, {len(result.failed)} failed "
-               f"<span class=\"note\">in {result.seconds:.1f} s</span></div>")
+    summary = (
+        f"<div><b>attach</b>: {len(result.registered)} registered, {len(result.known)} already known, "
+        f"{len(result.materialised)} materialised, {len(result.failed)} failed "
+        f'<span class="note">in {result.seconds:.1f} s</span></div>'
+    )
     return block(summary + table(ATTACH_COLUMNS, attach_rows(result)))
 
 

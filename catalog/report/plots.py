@@ -29,7 +29,7 @@ _TEXT = {"parse_math": False}
 WIDTH_INCHES = 10
 MAX_LABEL_CHARS = 48
 MAX_BARS = 1024
-_UNIT_BYTES = {"bytes": 1, "KiB": 1024, "MiB": 1024 ** 2, "GiB": 1024 ** 3}
+_UNIT_BYTES = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
 
 
 class Plot(Figure):
@@ -47,7 +47,7 @@ def png_bytes(figure: Figure, dpi: int = 100) -> bytes:
 
 def _short(text: str) -> str:
     text = str(text)
-    return text if len(text) <= MAX_LABEL_CHARS else text[:MAX_LABEL_CHARS - 1] + "…"
+    return text if len(text) <= MAX_LABEL_CHARS else text[: MAX_LABEL_CHARS - 1] + "…"
 
 
 def _subtask_color(subtask: int) -> str:
@@ -123,8 +123,7 @@ def _key_group_bars(axis, groups: skew.SizeTable, values: list) -> None:
     """One bar per key-group; above ``MAX_BARS`` key-groups one filled step line per subtask (as fast
     to draw for 32768 key-groups as for 128)."""
     if len(values) <= MAX_BARS:
-        axis.bar(groups.column("key_group"), values, width=1.0,
-                 color=[_subtask_color(row.subtask) for row in groups])
+        axis.bar(groups.column("key_group"), values, width=1.0, color=[_subtask_color(row.subtask) for row in groups])
         return
     start = 0
     for end in range(1, len(groups) + 1):
@@ -174,8 +173,10 @@ def rescale_preview(groups: skew.SizeTable, parallelism: int, *, width: float = 
     figure.suptitle(_short(f"rescale preview: {groups.state} ({groups.operator})"), **_TEXT)
     axes = figure.subplots(1, 2, sharey=True, width_ratios=[max(len(now), 1), max(len(then), 1)])
     _, unit = _in_unit(now.column("bytes"))
-    for axis, table, title in ((axes[0], now, f"now: parallelism {groups.parallelism}"),
-                               (axes[1], then, f"at parallelism {parallelism}")):
+    for axis, table, title in (
+        (axes[0], now, f"now: parallelism {groups.parallelism}"),
+        (axes[1], then, f"at parallelism {parallelism}"),
+    ):
         names = [f"{row.subtask}\n{row.first_key_group}-{row.last_key_group}" for row in table]
         values = [v / _UNIT_BYTES[unit] for v in table.column("bytes")]
         axis.bar(names, values, color=[_subtask_color(row.subtask) for row in table])

@@ -65,11 +65,13 @@ SERVER_HEAP = "-Xmx512m"
 
 # DataNucleus warns about the schema version it does not verify: noise in a log read only when the
 # server fails. The supervisor sends the server's stdout to the log file.
-SERVER_LOG4J2 = log4j2_properties("warn", {**HIVE_NOISE, "DataNucleus": "error",
-                                           "org.apache.hadoop.hive.metastore.ObjectStore": "error"}, target=None)
+SERVER_LOG4J2 = log4j2_properties(
+    "warn", {**HIVE_NOISE, "DataNucleus": "error", "org.apache.hadoop.hive.metastore.ObjectStore": "error"}, target=None
+)
 # Plain spark-sql / spark-submit on the home: errors once, not the executor's and scheduler's echoes of them.
-CLIENT_LOG4J2 = log4j2_properties("warn", {**TASK_FAILURE_ECHOES, **HIVE_NOISE,
-                                           "org.apache.hadoop.hive.ql.session.SessionState": "error"})
+CLIENT_LOG4J2 = log4j2_properties(
+    "warn", {**TASK_FAILURE_ECHOES, **HIVE_NOISE, "org.apache.hadoop.hive.ql.session.SessionState": "error"}
+)
 
 
 class MetastoreError(StatecatError):
@@ -118,7 +120,12 @@ def start(home: str, *, wait: bool = True) -> MetastoreServer:
                 # A session of its own: the supervisor outlives the command that started it.
                 supervisor = subprocess.Popen(
                     [sys.executable, "-m", "statecat.catalog.servers.metastore", "supervise", home, str(port)],
-                    cwd=home, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+                    cwd=home,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    start_new_session=True,
+                )
             server = MetastoreServer(home, port, supervisor.pid, 0, dt.datetime.now(dt.UTC).isoformat())
             # Recorded at once, so that processes racing to start join this one.
             _write_atomically(os.path.join(home, STATE_FILE), json.dumps(server.__dict__))
@@ -136,9 +143,11 @@ def wait_ready(server: MetastoreServer) -> MetastoreServer:
             break
         time.sleep(POLL_SECONDS)
     home = server.home
-    raise MetastoreError(f"the shared metastore of {home} did not start: {_log_tail(home)}",
-                         hint=f"See {os.path.join(home, LOG_FILE)}; `statecat metastore stop --home {home}` "
-                              "and retry, or set STATECAT_METASTORE=embedded for a single process")
+    raise MetastoreError(
+        f"the shared metastore of {home} did not start: {_log_tail(home)}",
+        hint=f"See {os.path.join(home, LOG_FILE)}; `statecat metastore stop --home {home}` "
+        "and retry, or set STATECAT_METASTORE=embedded for a single process",
+    )
 
 
 def stop(home: str, timeout: float = 60.0) -> bool:
@@ -183,8 +192,9 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
     }
     # As statecat's own sessions: Hive's local files in the home, pushdown, columnar state scans.
-    settings = columnar_conf({**SESSION_SETTINGS, **settings,
-                              **hive_scratch_conf(os.path.join(server.home, SCRATCH_DIR))})
+    settings = columnar_conf(
+        {**SESSION_SETTINGS, **settings, **hive_scratch_conf(os.path.join(server.home, SCRATCH_DIR))}
+    )
     text = "# Written by statecat for its home's shared metastore; rewritten whenever the server starts.\n"
     text += "".join(f"{key} {value}\n" for key, value in settings.items())
     _write_atomically(os.path.join(conf_dir, "spark-defaults.conf"), text)
@@ -192,6 +202,7 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
 
 
 # -- the supervisor (python -m statecat.catalog.servers.metastore supervise HOME PORT) --
+
 
 def _supervise(home: str, port: int) -> int:
     server_log4j = os.path.join(home, CONF_DIR, "metastore-log4j2.properties")
@@ -201,20 +212,40 @@ def _supervise(home: str, port: int) -> int:
     # Hive's scratch defaults live under java.io.tmpdir (``/tmp/<user>``): keep them in the home.
     scratch = os.path.join(home, SCRATCH_DIR, "metastore")
     os.makedirs(scratch, exist_ok=True)
-    command = [_java(), SERVER_HEAP, f"-Djava.io.tmpdir={scratch}", f"-Dderby.system.home={home}", f"-Dlog4j2.configurationFile=file:{server_log4j}",
-               "-Dhive.async.log.enabled=false", "-cp", os.path.join(spark_jars_dir(), "*"), METASTORE_MAIN,
-               "-p", str(port),
-               "--hiveconf", f"javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={derby};create=true",
-               "--hiveconf", "datanucleus.schema.autoCreateAll=true",
-               # Hive's default pool (BoneCP) is not among Spark's jars; DROP DATABASE needs a pool.
-               "--hiveconf", "datanucleus.connectionPoolingType=DBCP",
-               "--hiveconf", "hive.metastore.schema.verification=false",
-               "--hiveconf", f"hive.metastore.warehouse.dir={os.path.join(home, WAREHOUSE_DIR)}",
-               "--hiveconf", "hive.async.log.enabled=false",
-               "--hiveconf", f"hive.exec.local.scratchdir={scratch}",
-               "--hiveconf", f"hive.querylog.location={scratch}",
-               "--hiveconf", f"hive.downloaded.resources.dir={scratch}",
-               "--hiveconf", f"hive.metastore.thrift.bind.host={LOOPBACK}"]
+    command = [
+        _java(),
+        SERVER_HEAP,
+        f"-Djava.io.tmpdir={scratch}",
+        f"-Dderby.system.home={home}",
+        f"-Dlog4j2.configurationFile=file:{server_log4j}",
+        "-Dhive.async.log.enabled=false",
+        "-cp",
+        os.path.join(spark_jars_dir(), "*"),
+        METASTORE_MAIN,
+        "-p",
+        str(port),
+        "--hiveconf",
+        f"javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={derby};create=true",
+        "--hiveconf",
+        "datanucleus.schema.autoCreateAll=true",
+        # Hive's default pool (BoneCP) is not among Spark's jars; DROP DATABASE needs a pool.
+        "--hiveconf",
+        "datanucleus.connectionPoolingType=DBCP",
+        "--hiveconf",
+        "hive.metastore.schema.verification=false",
+        "--hiveconf",
+        f"hive.metastore.warehouse.dir={os.path.join(home, WAREHOUSE_DIR)}",
+        "--hiveconf",
+        "hive.async.log.enabled=false",
+        "--hiveconf",
+        f"hive.exec.local.scratchdir={scratch}",
+        "--hiveconf",
+        f"hive.querylog.location={scratch}",
+        "--hiveconf",
+        f"hive.downloaded.resources.dir={scratch}",
+        "--hiveconf",
+        f"hive.metastore.thrift.bind.host={LOOPBACK}",
+    ]
     server = subprocess.Popen(command, cwd=home, stdin=subprocess.DEVNULL)
     stopping = False
 
@@ -259,6 +290,7 @@ def _supervise(home: str, port: int) -> int:
 
 # -- helpers --
 
+
 def _check_derby_free(home: str) -> None:
     """Refuses when another JVM has the home's Derby database open (an embedded session, an old server)."""
     lock = os.path.join(home, DERBY_DIR, "dbex.lck")
@@ -271,7 +303,8 @@ def _check_derby_free(home: str) -> None:
             raise MetastoreError(
                 f"the metastore database {os.path.join(home, DERBY_DIR)} is open in another process",
                 hint="A Spark session with an embedded metastore (STATECAT_METASTORE=embedded, or a spark-sql "
-                     "started without statecat's conf) holds it; close that process, then retry") from None
+                "started without statecat's conf) holds it; close that process, then retry",
+            ) from None
         fcntl.lockf(f, fcntl.LOCK_UN)
 
 

@@ -58,8 +58,12 @@ def log4j2_properties(root_level: str, levels: dict[str, str], target: str | Non
     lines = ["status = error", "appender.console.type = Console", "appender.console.name = console"]
     if target is not None:
         lines.append(f"appender.console.target = {target}")
-    lines += ["appender.console.layout.type = PatternLayout", f"appender.console.layout.pattern = {LOG_PATTERN}",
-              f"rootLogger.level = {root_level}", "rootLogger.appenderRef.console.ref = console"]
+    lines += [
+        "appender.console.layout.type = PatternLayout",
+        f"appender.console.layout.pattern = {LOG_PATTERN}",
+        f"rootLogger.level = {root_level}",
+        "rootLogger.appenderRef.console.ref = console",
+    ]
     for i, (name, level) in enumerate(levels.items()):
         lines += [f"logger.l{i}.name = {name}", f"logger.l{i}.level = {level}"]
     return "\n".join(lines) + "\n"
@@ -67,12 +71,19 @@ def log4j2_properties(root_level: str, levels: dict[str, str], target: str | Non
 
 # PySpark counts as one of Spark's shells, whose level (else WARN, announced on stderr) comes from the
 # logger of its main class.
-QUIET_LOG4J2 = log4j2_properties("error", {"org.apache.spark.api.python.PythonGatewayServer": "error",
-                                           **TASK_FAILURE_ECHOES})
+QUIET_LOG4J2 = log4j2_properties(
+    "error", {"org.apache.spark.api.python.PythonGatewayServer": "error", **TASK_FAILURE_ECHOES}
+)
 
 
-def session(home: str | None = None, *, master: str = "local[2]", app_name: str = "statecat",
-            conf: dict | None = None, quiet: bool = False):
+def session(
+    home: str | None = None,
+    *,
+    master: str = "local[2]",
+    app_name: str = "statecat",
+    conf: dict | None = None,
+    quiet: bool = False,
+):
     """A Spark session with the Hive catalog, statecat's data source and filter pushdown on.
 
     ``home`` (default ``$STATECAT_HOME``, else ``~/.statecat``) holds the catalog: the metastore
@@ -93,8 +104,9 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
 
     # Spark's Python workers must import statecat: use this interpreter unless told otherwise.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (SparkSession.builder.master(master).appName(app_name).enableHiveSupport()
-               .config("spark.ui.enabled", "false"))
+    builder = (
+        SparkSession.builder.master(master).appName(app_name).enableHiveSupport().config("spark.ui.enabled", "false")
+    )
     for key, value in SESSION_SETTINGS.items():
         builder = builder.config(key, value)
     java_options = []
@@ -112,10 +124,10 @@ def session(home: str | None = None, *, master: str = "local[2]", app_name: str 
             from statecat.catalog.servers.metastore import DERBY_DIR, WAREHOUSE_DIR, _check_derby_free
 
             _check_derby_free(home)
-            builder = (builder
-                       .config("spark.sql.warehouse.dir", os.path.join(home, WAREHOUSE_DIR))
-                       .config("spark.hadoop.javax.jdo.option.ConnectionURL",
-                               f"jdbc:derby:;databaseName={os.path.join(home, DERBY_DIR)};create=true"))
+            builder = builder.config("spark.sql.warehouse.dir", os.path.join(home, WAREHOUSE_DIR)).config(
+                "spark.hadoop.javax.jdo.option.ConnectionURL",
+                f"jdbc:derby:;databaseName={os.path.join(home, DERBY_DIR)};create=true",
+            )
             java_options.append(f"-Dderby.system.home={home}")
         else:
             from statecat.catalog.servers import metastore
@@ -182,9 +194,11 @@ def metastore_mode() -> str:
 def _hive_site_configured() -> bool:
     import pyspark
 
-    for directory in (os.environ.get("SPARK_CONF_DIR"),
-                      os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None,
-                      os.path.join(os.path.dirname(pyspark.__file__), "conf")):
+    for directory in (
+        os.environ.get("SPARK_CONF_DIR"),
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None,
+        os.path.join(os.path.dirname(pyspark.__file__), "conf"),
+    ):
         if directory and os.path.isfile(os.path.join(directory, "hive-site.xml")):
             return True
     return False

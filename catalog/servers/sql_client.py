@@ -20,7 +20,9 @@ from statecat.statemeta.errors import StatecatError
 # Modes in which the server takes any user name without a password, as this client connects.
 OPEN_AUTH_MODES = ("none", "nosasl")
 COMPLEX_TYPES = ("STRUCT_TYPE", "MAP_TYPE", "ARRAY_TYPE")
-_SERVER_ERROR_PREFIX = re.compile(r"^(?:Error running query:\s*)?(?:\[[A-Z0-9_.]+\]\s*)?(?:[\w$]+\.)+\w*(?:Exception|Error):\s*")
+_SERVER_ERROR_PREFIX = re.compile(
+    r"^(?:Error running query:\s*)?(?:\[[A-Z0-9_.]+\]\s*)?(?:[\w$]+\.)+\w*(?:Exception|Error):\s*"
+)
 
 log = logging.getLogger("statecat.catalog")
 
@@ -56,8 +58,9 @@ def query_server(info: ServerInfo, query: str, limit: int | None = None) -> tupl
     try:
         return _run(connection.cursor(), query, limit)
     except (TTransportException, OSError) as exc:
-        raise ServerQueryError(f"lost the connection to {info.url}: {exc}",
-                               hint="Was `statecat serve` stopped? Run the query again") from None
+        raise ServerQueryError(
+            f"lost the connection to {info.url}: {exc}", hint="Was `statecat serve` stopped? Run the query again"
+        ) from None
     finally:
         connection.close()
 
@@ -120,7 +123,7 @@ def server_error_message(exc: BaseException) -> str:
     status = getattr(exc.args[0], "status", None) if exc.args else None
     text = getattr(status, "errorMessage", None) or str(exc)
     if QUERY_ERROR_MARKER in text:
-        return text[text.rindex(QUERY_ERROR_MARKER) + len(QUERY_ERROR_MARKER):].splitlines()[0].strip()
+        return text[text.rindex(QUERY_ERROR_MARKER) + len(QUERY_ERROR_MARKER) :].splitlines()[0].strip()
     # "Error running query: [CONDITION] org.apache...SomeException: [CONDITION] message": keep the message.
     text = _SERVER_ERROR_PREFIX.sub("", text.strip())
     lines = [line.strip() for line in text.splitlines() if line.strip() and not line.startswith("\tat ")]
@@ -159,32 +162,32 @@ def _parse(text: str, i: int):
     char = text[i]
     if char == "{":
         pairs, i = [], _skip(text, i + 1)
-        if text[i:i + 1] == "}":
+        if text[i : i + 1] == "}":
             return {}, i + 1
         while True:
             key, i = _parse(text, i)
             i = _skip(text, i)
-            if text[i:i + 1] != ":":
+            if text[i : i + 1] != ":":
                 raise ValueError(f"expected ':' at {i}")
             value, i = _parse(text, i + 1)
             pairs.append((key, value))
             i = _skip(text, i)
-            if text[i:i + 1] == "}":
+            if text[i : i + 1] == "}":
                 return pairs, i + 1
-            if text[i:i + 1] != ",":
+            if text[i : i + 1] != ",":
                 raise ValueError(f"expected ',' at {i}")
             i += 1
     if char == "[":
         items, i = [], _skip(text, i + 1)
-        if text[i:i + 1] == "]":
+        if text[i : i + 1] == "]":
             return [], i + 1
         while True:
             item, i = _parse(text, i)
             items.append(item)
             i = _skip(text, i)
-            if text[i:i + 1] == "]":
+            if text[i : i + 1] == "]":
                 return items, i + 1
-            if text[i:i + 1] != ",":
+            if text[i : i + 1] != ",":
                 raise ValueError(f"expected ',' at {i}")
             i += 1
     if char == '"':
@@ -196,7 +199,7 @@ def _parse(text: str, i: int):
                 raise ValueError("unterminated string")
             rest = _skip(text, end + 1)
             if rest >= len(text) or text[rest] in _CLOSERS:
-                return text[i + 1:end], end + 1
+                return text[i + 1 : end], end + 1
             end += 1
     for word, value in (("null", None), ("true", True), ("false", False)):
         if text.startswith(word, i):

@@ -115,7 +115,8 @@ def check_exposure(bind: str, auth: str | None) -> None:
         raise StatecatError(
             f"--bind {bind} exposes the savepoints beyond this machine and needs --auth",
             hint="Choose --auth none to serve without authentication, or ldap/kerberos/custom/pam with their "
-                 "--hiveconf settings")
+            "--hiveconf settings",
+        )
 
 
 def parse_hiveconf(items: list[str]) -> dict[str, str]:
@@ -124,9 +125,13 @@ def parse_hiveconf(items: list[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise StatecatError(f"--hiveconf {item!r} is not KEY=VALUE", hint="e.g. --hiveconf hive.server2.thrift.min.worker.threads=2")
+            raise StatecatError(
+                f"--hiveconf {item!r} is not KEY=VALUE", hint="e.g. --hiveconf hive.server2.thrift.min.worker.threads=2"
+            )
         if key in OPTION_SETTINGS:
-            raise StatecatError(f"--hiveconf {key} is set by {OPTION_SETTINGS[key]}", hint=f"Use {OPTION_SETTINGS[key]}")
+            raise StatecatError(
+                f"--hiveconf {key} is set by {OPTION_SETTINGS[key]}", hint=f"Use {OPTION_SETTINGS[key]}"
+            )
         settings[key] = value
     return settings
 
@@ -139,8 +144,10 @@ def _check_port_free(bind: str, port: int) -> None:
         try:
             probe.bind((bind, port))
         except OSError as exc:
-            raise StatecatError(f"cannot serve on {bind}:{port}: {exc.strerror or exc}",
-                                hint="Choose another --port, or stop what uses it") from None
+            raise StatecatError(
+                f"cannot serve on {bind}:{port}: {exc.strerror or exc}",
+                hint="Choose another --port, or stop what uses it",
+            ) from None
 
 
 def _write_atomically(path: str, text: str) -> None:
@@ -309,13 +316,18 @@ def skip_hive_function_registry(spark) -> None:
     fails, depending on which thread gets there first. Spark resolves functions itself and never asks
     Hive's registry, so marking it loaded loses nothing."""
     jvm = spark._jvm
-    field = jvm.java.lang.Class.forName("org.apache.hadoop.hive.ql.metadata.Hive").getDeclaredField("didRegisterAllFuncs")
+    field = jvm.java.lang.Class.forName("org.apache.hadoop.hive.ql.metadata.Hive").getDeclaredField(
+        "didRegisterAllFuncs"
+    )
     field.setAccessible(True)
     # py4j hands an AtomicInteger to Python as a plain int: get it and set it inside the JVM, as one
     # method handle composed of the field's getter and AtomicInteger.set.
     lookup = jvm.java.lang.invoke.MethodHandles.publicLookup()
-    atomic_set = lookup.unreflect(jvm.java.lang.Class.forName("java.util.concurrent.atomic.AtomicInteger")
-                                  .getMethod("set", _java_types(spark, jvm.java.lang.Integer.TYPE)))
+    atomic_set = lookup.unreflect(
+        jvm.java.lang.Class.forName("java.util.concurrent.atomic.AtomicInteger").getMethod(
+            "set", _java_types(spark, jvm.java.lang.Integer.TYPE)
+        )
+    )
     set_registered = jvm.java.lang.invoke.MethodHandles.collectArguments(atomic_set, 0, lookup.unreflectGetter(field))
     arguments = jvm.java.util.ArrayList()
     arguments.add(HIVE_FUNCTIONS_REGISTERED)
@@ -351,9 +363,18 @@ def start_thrift_server(spark, settings: dict[str, str]):
     return server_class.startWithSparkSession(spark._jsparkSession, False)
 
 
-def serve(*, home: str | None, roots: list[str], bind: str = DEFAULT_BIND, port: int = DEFAULT_PORT,
-          poll_seconds: float = DEFAULT_POLL_SECONDS, auth: str | None = None,
-          hiveconf: dict[str, str] | None = None, out=None, stop: threading.Event | None = None) -> int:
+def serve(
+    *,
+    home: str | None,
+    roots: list[str],
+    bind: str = DEFAULT_BIND,
+    port: int = DEFAULT_PORT,
+    poll_seconds: float = DEFAULT_POLL_SECONDS,
+    auth: str | None = None,
+    hiveconf: dict[str, str] | None = None,
+    out=None,
+    stop: threading.Event | None = None,
+) -> int:
     """Serves until SIGTERM/SIGINT (or ``stop``); returns the exit status."""
     import sys
 
@@ -367,13 +388,20 @@ def serve(*, home: str | None, roots: list[str], bind: str = DEFAULT_BIND, port:
         raise StatecatError(f"unknown --auth {auth!r}", hint=f"Choose one of {', '.join(AUTH_MODES)}")
     if poll_seconds <= 0:
         raise StatecatError(f"--poll {poll_seconds} must be positive")
-    settings = {**(hiveconf or {}), "hive.server2.thrift.bind.host": bind, "hive.server2.thrift.port": str(port),
-                "hive.server2.thrift.http.port": str(port), "hive.server2.authentication": auth.upper()}
+    settings = {
+        **(hiveconf or {}),
+        "hive.server2.thrift.bind.host": bind,
+        "hive.server2.thrift.port": str(port),
+        "hive.server2.thrift.http.port": str(port),
+        "hive.server2.authentication": auth.upper(),
+    }
     serve_home = resolve_home(home) or os.getcwd()
     running = live_server(serve_home)
     if running is not None:
-        raise StatecatError(f"the home {serve_home} is already served on {running.url} (pid {running.pid})",
-                            hint="Query that server, or stop it first")
+        raise StatecatError(
+            f"the home {serve_home} is already served on {running.url} (pid {running.pid})",
+            hint="Query that server, or stop it first",
+        )
     for root in roots:
         discover_savepoints(normalise_path(root))  # a root that does not exist is the user's error, now
     _check_port_free(bind, port)
@@ -403,24 +431,29 @@ def serve(*, home: str | None, roots: list[str], bind: str = DEFAULT_BIND, port:
         _write_atomically(serve_file(serve_home), json.dumps(asdict(info)))
         recorded = True
         databases = len(spark.catalog.listDatabases())
-        out.write(f"serving on {info.url} ({databases} databases, home {serve_home}); "
-                  f"`beeline -u {info.url}` or `statecat sql` query it; Ctrl-C stops\n")
+        out.write(
+            f"serving on {info.url} ({databases} databases, home {serve_home}); "
+            f"`beeline -u {info.url}` or `statecat sql` query it; Ctrl-C stops\n"
+        )
         out.flush()
         while not stop.wait(poll_seconds):
             try:
                 poller.poll()
             except Exception as exc:  # noqa: BLE001 - a failed poll (metastore hiccup) must not stop serving
                 if _jvm_gone(exc):  # nothing is served any more: say so and exit rather than idle
-                    raise StatecatError(f"the server's Spark JVM stopped: {exc}",
-                                        hint="See the log above; start `statecat serve` again") from None
+                    raise StatecatError(
+                        f"the server's Spark JVM stopped: {exc}", hint="See the log above; start `statecat serve` again"
+                    ) from None
                 log.error("poll failed: %s", _first_line(exc))
     finally:
         if recorded:
             info_now = read_server_info(serve_home)
             if info_now is not None and info_now.pid == os.getpid():
                 os.unlink(serve_file(serve_home))
-        for what, stop_call in (("the Thrift server", server.stop if server is not None else None),
-                                ("Spark", spark.stop)):
+        for what, stop_call in (
+            ("the Thrift server", server.stop if server is not None else None),
+            ("Spark", spark.stop),
+        ):
             if stop_call is None:
                 continue
             try:

@@ -33,8 +33,7 @@ STATES_TABLE = f"{REGISTRY_DATABASE}.states"
 OPERATORS_TABLE = f"{REGISTRY_DATABASE}.operators"
 CATALOG_KINDS = ("states", "operators")
 
-SAVEPOINT_COLUMNS = (("database", "string"), ("path", "string"), ("checkpoint_id", "bigint"),
-                     ("operator", "string"))
+SAVEPOINT_COLUMNS = (("database", "string"), ("path", "string"), ("checkpoint_id", "bigint"), ("operator", "string"))
 SAVEPOINT_COMMENTS = {
     "database": "the savepoint's database (as in statecat.savepoints)",
     "path": "the savepoint's directory or URI",
@@ -42,9 +41,16 @@ SAVEPOINT_COMMENTS = {
     "operator": "the operator's uid, else its name, else its id (how statecat names it)",
 }
 OPERATORS_COLUMNS = SAVEPOINT_COLUMNS + (
-    ("operator_id", "string"), ("operator_uid", "string"), ("operator_name", "string"),
-    ("parallelism", "int"), ("max_parallelism", "int"), ("states", "int"), ("state_bytes", "bigint"),
-    ("framing_bytes", "bigint"), ("unattributed_bytes", "bigint"), ("operator_bytes", "bigint"),
+    ("operator_id", "string"),
+    ("operator_uid", "string"),
+    ("operator_name", "string"),
+    ("parallelism", "int"),
+    ("max_parallelism", "int"),
+    ("states", "int"),
+    ("state_bytes", "bigint"),
+    ("framing_bytes", "bigint"),
+    ("unattributed_bytes", "bigint"),
+    ("operator_bytes", "bigint"),
     ("unsupported", "string"),
 )
 OPERATORS_COMMENTS = {
@@ -57,9 +63,8 @@ OPERATORS_COMMENTS = {
     "state_bytes": "sum of the bytes of the operator's states (statecat.states.bytes)",
     "framing_bytes": "stream headers (serializer snapshots, state names) and key-group end markers",
     "unattributed_bytes": "bytes statecat cannot tell apart by state: handles it does not read (native RocksDB, "
-                          "raw state; see unsupported) and heap-checkpoint key-groups (their states' bytes are null)",
-    "operator_bytes": "every stream of the operator in the savepoint: state_bytes + framing_bytes + "
-                      "unattributed_bytes",
+    "raw state; see unsupported) and heap-checkpoint key-groups (their states' bytes are null)",
+    "operator_bytes": "every stream of the operator in the savepoint: state_bytes + framing_bytes + unattributed_bytes",
     "unsupported": "handles statecat cannot read, with the reasons (null when none)",
 }
 TABLE_COMMENTS = {
@@ -79,14 +84,21 @@ def catalog_columns(kind: str) -> tuple[tuple, dict]:
 
 # ----------------------------------------------------------------------------- creating (driver, Spark)
 
+
 def ensure_catalog_views(spark) -> None:
     """Creates ``statecat.states`` and ``statecat.operators`` (idempotent; recreated when their
     columns or the registry's location changed). Needs the registry table (``ensure_registry``)."""
     from statecat.catalog.spark.registry import REGISTRY_TABLE
 
     location = registry_location(spark, REGISTRY_TABLE)
-    ensure_registry_tables(spark, location, [("states", STATES_TABLE, TABLE_COMMENTS["states"]),
-                                             ("operators", OPERATORS_TABLE, TABLE_COMMENTS["operators"])])
+    ensure_registry_tables(
+        spark,
+        location,
+        [
+            ("states", STATES_TABLE, TABLE_COMMENTS["states"]),
+            ("operators", OPERATORS_TABLE, TABLE_COMMENTS["operators"]),
+        ],
+    )
     from statecat.catalog.spark.sql_forms import ensure_sql_forms
 
     ensure_sql_forms(spark, location)  # statecat.key_view / statecat.diff read the registry the same way
@@ -117,11 +129,13 @@ def registry_location(spark, table: str) -> str:
     for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():
         if row[0] == "Location":
             return row[1]
-    raise StatecatError(f"the catalog does not say where {table} keeps its files",
-                        hint="Recreate the catalog's home, or attach again")
+    raise StatecatError(
+        f"the catalog does not say where {table} keeps its files", hint="Recreate the catalog's home, or attach again"
+    )
 
 
 # ----------------------------------------------------------------------------- reading (workers, no Spark)
+
 
 class SavepointPartition(InputPartition):
     """One task: one registered savepoint."""
@@ -143,17 +157,22 @@ def registered_savepoints(location: str) -> list[tuple[str, str, int | None]]:
         if info.type.name == "NotFound":
             return []  # a registry nothing was ever written to
         table = ds.dataset(path, format="parquet", filesystem=filesystem).to_table(
-            columns=["database", "path", "checkpoint_id"])
+            columns=["database", "path", "checkpoint_id"]
+        )
     except (OSError, pa.ArrowInvalid) as exc:
-        raise StatecatError(f"cannot read the registry of attached savepoints at {location}: {exc}",
-                            hint="Attach again to recreate statecat.savepoints") from None
+        raise StatecatError(
+            f"cannot read the registry of attached savepoints at {location}: {exc}",
+            hint="Attach again to recreate statecat.savepoints",
+        ) from None
     return sorted(zip(*(table.column(c).to_pylist() for c in ("database", "path", "checkpoint_id"))))
 
 
 def catalog_partitions(location: str, databases: set | None) -> list[SavepointPartition]:
-    return [SavepointPartition(database, path, checkpoint_id)
-            for database, path, checkpoint_id in registered_savepoints(location)
-            if databases is None or database in databases]
+    return [
+        SavepointPartition(database, path, checkpoint_id)
+        for database, path, checkpoint_id in registered_savepoints(location)
+        if databases is None or database in databases
+    ]
 
 
 def catalog_batches(kind: str, partition: SavepointPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
@@ -170,14 +189,16 @@ def catalog_batches(kind: str, partition: SavepointPartition, schema: pa.Schema)
 
         # Moved or deleted since it was attached: say how to put the catalog right.
         problem = missing_error(partition.path, partition.database) if is_missing(partition.path) else exc
-        raise StatecatError(f"{table}: cannot read savepoint {partition.path} (database {partition.database}): "
-                            f"{problem}") from None
+        raise StatecatError(
+            f"{table}: cannot read savepoint {partition.path} (database {partition.database}): {problem}"
+        ) from None
     front = (partition.database, partition.path, partition.checkpoint_id)
     rows = [front + row for row in rows]
     if rows:
         columns = list(zip(*rows))
-        yield pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)],
-                                         schema=schema)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(list(c), type=f.type) for c, f in zip(columns, schema)], schema=schema
+        )
 
 
 def states_rows(meta, sizes) -> list[tuple]:
@@ -208,10 +229,23 @@ def operators_rows(meta, sizes) -> list[tuple]:
         size = sizes[op.id]
         problems = list(op.unsupported) + ([size] if isinstance(size, str) else [])
         measured = size if not isinstance(size, str) else None
-        rows.append((op.label, op.id, op.uid, op.name, op.parallelism, op.max_parallelism, len(op.states),
-                     *((measured.state_bytes, measured.framing_bytes, measured.unattributed_bytes,
-                        measured.operator_bytes) if measured else (None, None, None, None)),
-                     "; ".join(problems) or None))
+        rows.append(
+            (
+                op.label,
+                op.id,
+                op.uid,
+                op.name,
+                op.parallelism,
+                op.max_parallelism,
+                len(op.states),
+                *(
+                    (measured.state_bytes, measured.framing_bytes, measured.unattributed_bytes, measured.operator_bytes)
+                    if measured
+                    else (None, None, None, None)
+                ),
+                "; ".join(problems) or None,
+            )
+        )
     return rows
 
 
@@ -224,14 +258,25 @@ def _filesystem(location: str):
         return fs.LocalFileSystem(), unquote(parsed.path)
     uri = location
     if parsed.scheme in ("s3a", "s3n"):  # Hadoop's names for what pyarrow calls s3
-        uri = "s3" + location[len(parsed.scheme):]
+        uri = "s3" + location[len(parsed.scheme) :]
     try:
         return fs.FileSystem.from_uri(uri)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise StatecatError(f"cannot reach the registry of attached savepoints at {location}: {exc}",
-                            hint="The catalog-wide tables read the registry's files directly; keep the "
-                                 "warehouse on a local, s3:// or gs:// path") from None
+        raise StatecatError(
+            f"cannot reach the registry of attached savepoints at {location}: {exc}",
+            hint="The catalog-wide tables read the registry's files directly; keep the "
+            "warehouse on a local, s3:// or gs:// path",
+        ) from None
 
 
-__all__ = ["CATALOG_KINDS", "OPERATORS_TABLE", "STATES_TABLE", "catalog_batches", "catalog_columns",
-           "catalog_partitions", "ensure_catalog_views", "refresh_catalog_views", "registered_savepoints"]
+__all__ = [
+    "CATALOG_KINDS",
+    "OPERATORS_TABLE",
+    "STATES_TABLE",
+    "catalog_batches",
+    "catalog_columns",
+    "catalog_partitions",
+    "ensure_catalog_views",
+    "refresh_catalog_views",
+    "registered_savepoints",
+]

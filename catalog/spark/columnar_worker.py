@@ -113,8 +113,11 @@ def _plan(infile, outfile) -> None:
 
     schema, options, filters, read_schema = (json.loads(_read_blob(infile)) for _ in range(4))
     reader = FlinkStateDataSource(options).reader(StructType.fromJson(schema))
-    pushed = [EqualTo((f["column"],), f["values"][0]) if f["op"] == "EqualTo" else In((f["column"],), tuple(f["values"]))
-              for f in filters if "." not in f["column"]]  # a nested field is Spark's to filter
+    pushed = [
+        EqualTo((f["column"],), f["values"][0]) if f["op"] == "EqualTo" else In((f["column"],), tuple(f["values"]))
+        for f in filters
+        if "." not in f["column"]
+    ]  # a nested field is Spark's to filter
     for _ in reader.pushFilters(pushed):  # a generator: what it yields stays Spark's to evaluate
         pass
     reader.project(StructType.fromJson(read_schema))

@@ -148,8 +148,10 @@ def materialise(spark, database: str, path: str, descriptors: str | None = None)
 
     meta = load_state_meta(path, descriptors=descriptors)
     comment = _sql_string(f"Flink savepoint {path} (checkpoint {meta.checkpoint_id})")
-    spark.sql(f"CREATE DATABASE IF NOT EXISTS `{database}` COMMENT {comment} "
-              f"WITH DBPROPERTIES ({_sql_string(PROPERTY_SAVEPOINT)} = {_sql_string(path)})")
+    spark.sql(
+        f"CREATE DATABASE IF NOT EXISTS `{database}` COMMENT {comment} "
+        f"WITH DBPROPERTIES ({_sql_string(PROPERTY_SAVEPOINT)} = {_sql_string(path)})"
+    )
     existing = {t.name for t in spark.catalog.listTables(database)}
     names = []
     for table in savepoint_tables(meta, descriptors):
@@ -160,8 +162,9 @@ def materialise(spark, database: str, path: str, descriptors: str | None = None)
                 # A type with no Spark column: the rest of the savepoint stays queryable, state_meta lists it.
                 log.warning("no table for %s: %s", table.ref.describe(), exc)
                 continue
-            spark.catalog.createTable(f"`{database}`.`{table.name}`", source=SOURCE_NAME, schema=schema,
-                                      description=table.comment)
+            spark.catalog.createTable(
+                f"`{database}`.`{table.name}`", source=SOURCE_NAME, schema=schema, description=table.comment
+            )
         names.append(table.name)
     return names
 

@@ -41,7 +41,7 @@ def readable_name(path: str, root: str | None = None) -> str:
     path = path.rstrip("/")
     parts = []
     if root is not None:
-        rel = posixpath.relpath(path, root.rstrip("/")) if "://" not in path else path[len(root.rstrip("/")):]
+        rel = posixpath.relpath(path, root.rstrip("/")) if "://" not in path else path[len(root.rstrip("/")) :]
         parts = [p for p in rel.split("/") if p not in ("", ".")]
     if not parts:
         parts = [posixpath.basename(path)]
@@ -66,7 +66,7 @@ def unique_name(path: str, readable: str, taken: set[str]) -> str:
     """``readable``, or with a short hash of the path when another savepoint (or database) has it."""
     if readable not in taken:
         return readable
-    return f"{readable[:MAX_DATABASE_NAME - 9]}_{hashlib.sha1(path.encode()).hexdigest()[:8]}"
+    return f"{readable[: MAX_DATABASE_NAME - 9]}_{hashlib.sha1(path.encode()).hexdigest()[:8]}"
 
 
 def normalise_path(path: str) -> str:

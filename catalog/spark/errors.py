@@ -34,7 +34,7 @@ def spark_error_message(exc: BaseException) -> str | None:
     """
     text = str(exc)
     if QUERY_ERROR_MARKER in text:
-        return text[text.rindex(QUERY_ERROR_MARKER) + len(QUERY_ERROR_MARKER):].splitlines()[0].strip()
+        return text[text.rindex(QUERY_ERROR_MARKER) + len(QUERY_ERROR_MARKER) :].splitlines()[0].strip()
     if type(exc).__name__ == "PythonException":
         return None
     java = getattr(exc, "java_exception", None)

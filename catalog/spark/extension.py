@@ -61,8 +61,10 @@ def extension_jar() -> str | None:
     if not jar.is_file():
         javac = _javac()
         if javac is None:
-            _log.warning("statecat: no javac (JDK) found, so state tables are read row by row through "
-                         "Spark's Python data source; install a JDK 17+ (or set JAVA_HOME) for columnar scans")
+            _log.warning(
+                "statecat: no javac (JDK) found, so state tables are read row by row through "
+                "Spark's Python data source; install a JDK 17+ (or set JAVA_HOME) for columnar scans"
+            )
             _built[version] = None
             return None
         _build(javac, sources, jar)
@@ -74,9 +76,24 @@ def _build(javac: str, sources: list[Path], jar: Path) -> None:
     jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="statecat-javac-") as scratch:
         classes = Path(scratch, "classes")
-        done = subprocess.run([javac, "--release", "17", "-nowarn", "-encoding", "UTF-8", "-d", str(classes),
-                               "-cp", os.path.join(spark_jars_dir(), "*"), *map(str, sources)],
-                              capture_output=True, text=True, timeout=JAVAC_TIMEOUT_S)
+        done = subprocess.run(
+            [
+                javac,
+                "--release",
+                "17",
+                "-nowarn",
+                "-encoding",
+                "UTF-8",
+                "-d",
+                str(classes),
+                "-cp",
+                os.path.join(spark_jars_dir(), "*"),
+                *map(str, sources),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=JAVAC_TIMEOUT_S,
+        )
         if done.returncode != 0:
             raise JarBuildError(f"javac failed on statecat's Spark extension ({SOURCES}):\n{done.stderr.strip()}")
         # Written beside its final name and renamed: a session starting at the same time sees the

@@ -84,7 +84,8 @@ def prepare(spark, query: str) -> list[str]:
                 raise LookupFailedError(
                     f"unknown savepoint database {database!r}",
                     hint=did_you_mean(database, list(by_name) + sorted(existing_databases(spark)))
-                    + " Attach savepoints with `statecat attach ROOT`; `SELECT * FROM statecat.savepoints` lists them")
+                    + " Attach savepoints with `statecat attach ROOT`; `SELECT * FROM statecat.savepoints` lists them",
+                )
             if is_missing(by_name[database]):
                 raise missing_error(by_name[database], database)
             materialise(spark, database, by_name[database])
@@ -96,7 +97,8 @@ def prepare(spark, query: str) -> list[str]:
             names = [t.name for t in spark.catalog.listTables(database)]
             raise LookupFailedError(
                 f"unknown state table {table!r} in savepoint database {database!r} ({_savepoint_of(spark, database)})",
-                hint=did_you_mean(table, names) + f" `SELECT * FROM {database}.state_meta` lists its states")
+                hint=did_you_mean(table, names) + f" `SELECT * FROM {database}.state_meta` lists its states",
+            )
     return created
 
 
@@ -127,7 +129,7 @@ def split_statements(query: str) -> list[str]:
     statements, start = [], 0
     for token in tokens:
         if token.token_type == TokenType.SEMICOLON:
-            statements.append(query[start:token.start])
+            statements.append(query[start : token.start])
             start = token.end + 1
     statements.append(query[start:])
     return [s.strip() for s in statements if s.strip()]

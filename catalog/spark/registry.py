@@ -17,9 +17,11 @@ from statecat.statemeta.errors import StatecatError
 REGISTRY_TABLE = f"{REGISTRY_DATABASE}.savepoints"
 PROPERTY_SAVEPOINT = "statecat.savepoint"  # database property holding the savepoint's path
 
-TIME_SOURCE_COMMENT = ("where `time` comes from: rest_trigger (statecat savepoint saw it complete), "
-                       "stateinfo_snapshot (the snapshotter saw Flink's _metadata), checkpoint_mtime (a chk-N in "
-                       "Flink's layout), 'file_mtime: may be the copy time', unknown")
+TIME_SOURCE_COMMENT = (
+    "where `time` comes from: rest_trigger (statecat savepoint saw it complete), "
+    "stateinfo_snapshot (the snapshotter saw Flink's _metadata), checkpoint_mtime (a chk-N in "
+    "Flink's layout), 'file_mtime: may be the copy time', unknown"
+)
 # (name, type, comment); columns added after the first release come last (ALTER TABLE ADD COLUMNS appends).
 REGISTRY_SCHEMA = (
     ("database", "STRING", "the Spark database of the savepoint's tables"),
@@ -69,9 +71,21 @@ class SavepointRecord:
     metadata_sha256: str | None = None
 
     def row(self) -> tuple:
-        return (self.database, self.path, self.checkpoint_id, self.time, self.size_bytes, self.flink_version,
-                self.metadata_version, self.checkpoint_type, self.savepoint_format, self.operators, self.attached_at,
-                self.time_source, self.metadata_sha256)
+        return (
+            self.database,
+            self.path,
+            self.checkpoint_id,
+            self.time,
+            self.size_bytes,
+            self.flink_version,
+            self.metadata_version,
+            self.checkpoint_type,
+            self.savepoint_format,
+            self.operators,
+            self.attached_at,
+            self.time_source,
+            self.metadata_sha256,
+        )
 
     @staticmethod
     def from_row(row: dict) -> SavepointRecord:
@@ -94,10 +108,21 @@ def read_record(path: str, database: str, attached_at: dt.datetime) -> Savepoint
     storage = open_storage(path)
     metadata = read_metadata(storage)
     time, time_source = savepoint_time(storage)  # aware: Spark stores the instant, shows it in session time
-    return SavepointRecord(database, path, metadata.checkpoint_id, time, _savepoint_size(metadata),
-                           METADATA_VERSION_RELEASES.get(metadata.version, "unknown"), metadata.version,
-                           metadata.checkpoint_type, metadata.savepoint_format, len(metadata.operators), attached_at,
-                           time_source, metadata_fingerprint(storage).sha256)
+    return SavepointRecord(
+        database,
+        path,
+        metadata.checkpoint_id,
+        time,
+        _savepoint_size(metadata),
+        METADATA_VERSION_RELEASES.get(metadata.version, "unknown"),
+        metadata.version,
+        metadata.checkpoint_type,
+        metadata.savepoint_format,
+        len(metadata.operators),
+        attached_at,
+        time_source,
+        metadata_fingerprint(storage).sha256,
+    )
 
 
 def _savepoint_size(metadata) -> int:
@@ -122,8 +147,10 @@ def _savepoint_size(metadata) -> int:
 def ensure_registry(spark) -> None:
     """Creates the registry, or brings one an older statecat created up to date (idempotent)."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {REGISTRY_DATABASE} COMMENT 'statecat: attached Flink savepoints'")
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {REGISTRY_TABLE} ({REGISTRY_COLUMNS}) USING parquet "
-              "COMMENT 'every savepoint statecat attached: one row each, with its database name'")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {REGISTRY_TABLE} ({REGISTRY_COLUMNS}) USING parquet "
+        "COMMENT 'every savepoint statecat attached: one row each, with its database name'"
+    )
     _migrate(spark)
 
 
@@ -193,8 +220,7 @@ def rewrite_records(spark, records: list[SavepointRecord]) -> None:
     current = _table_location(spark)
     parent, current_name = current.rstrip("/").rsplit("/", 1)
     target = f"{parent}/savepoints-{uuid.uuid4().hex}"
-    (spark.createDataFrame([r.row() for r in records], schema).coalesce(1)
-     .write.mode("errorifexists").parquet(target))
+    (spark.createDataFrame([r.row() for r in records], schema).coalesce(1).write.mode("errorifexists").parquet(target))
     spark.sql(f"ALTER TABLE {REGISTRY_TABLE} SET LOCATION {sql_string(target)}")
     _remove_generations(spark, parent, keep={current_name, target.rsplit("/", 1)[1]})
     from statecat.catalog.spark.catalog_views import refresh_catalog_views

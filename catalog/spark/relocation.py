@@ -39,8 +39,10 @@ class SavepointMissingError(StatecatError):
 
 def missing_error(path: str, database: str | None = None) -> SavepointMissingError:
     drop = f"`statecat detach {database}`" if database else f"`statecat detach {path}`"
-    return SavepointMissingError(f"savepoint attached from {path} is missing",
-                                 hint=f"If it moved, run `statecat relocate {path} NEW`; to drop its database, {drop}")
+    return SavepointMissingError(
+        f"savepoint attached from {path} is missing",
+        hint=f"If it moved, run `statecat relocate {path} NEW`; to drop its database, {drop}",
+    )
 
 
 def is_missing(path: str) -> bool:
@@ -100,22 +102,32 @@ def relocate(spark, old: str, new: str) -> SavepointRecord:
     new_path = normalise_path(open_storage(new).uri)
     record = _find(records, old) or _find(records, new_path)
     if record is None:
-        raise LookupFailedError(f"no savepoint attached from {old}",
-                                hint=did_you_mean(old, [r.path for r in records] + [r.database for r in records])
-                                + " `SELECT * FROM statecat.savepoints` lists them")
+        raise LookupFailedError(
+            f"no savepoint attached from {old}",
+            hint=did_you_mean(old, [r.path for r in records] + [r.database for r in records])
+            + " `SELECT * FROM statecat.savepoints` lists them",
+        )
     found = read_record(new_path, record.database, record.attached_at)
     if not record.same_savepoint(found):
         raise LookupFailedError(
             f"{new_path} is not the savepoint attached from {record.path} as {record.database} "
             f"(checkpoint {found.checkpoint_id}, {found.size_bytes} bytes; attached: checkpoint "
-            f"{record.checkpoint_id}, {record.size_bytes} bytes)", hint="Attach it as a savepoint of its own")
+            f"{record.checkpoint_id}, {record.size_bytes} bytes)",
+            hint="Attach it as a savepoint of its own",
+        )
     other = next((r for r in records if r.path == new_path and r.database != record.database), None)
     if other is not None:
-        raise LookupFailedError(f"{new_path} is already attached as {other.database}",
-                                hint=f"Detach one of them first: `statecat detach {other.database}`")
-    moved = replace(record, path=new_path, metadata_sha256=record.metadata_sha256 or found.metadata_sha256,
-                    time=found.time if record.time_source is None else record.time,
-                    time_source=record.time_source or found.time_source)
+        raise LookupFailedError(
+            f"{new_path} is already attached as {other.database}",
+            hint=f"Detach one of them first: `statecat detach {other.database}`",
+        )
+    moved = replace(
+        record,
+        path=new_path,
+        metadata_sha256=record.metadata_sha256 or found.metadata_sha256,
+        time=found.time if record.time_source is None else record.time,
+        time_source=record.time_source or found.time_source,
+    )
     if record != moved:
         rewrite_records(spark, [moved if r.database == record.database else r for r in records])
     # Tables attached with a descriptor file carry its path: the new tables keep it.
@@ -165,12 +177,17 @@ def _drop_savepoint_database(spark, database: str) -> bool:
     """Drops a savepoint's database, refusing when it holds tables statecat did not create."""
     if database == REGISTRY_DATABASE or not spark.catalog.databaseExists(database):
         return False
-    foreign = [t for t in spark.catalog.listTables(database)
-               if not t.isTemporary and _provider(spark, database, t.name) != SOURCE_NAME]
+    foreign = [
+        t
+        for t in spark.catalog.listTables(database)
+        if not t.isTemporary and _provider(spark, database, t.name) != SOURCE_NAME
+    ]
     if foreign:
         names = ", ".join(sorted(t.name for t in foreign))
-        raise StatecatError(f"database {database} holds tables statecat did not create ({names})",
-                            hint="Move or drop them, then run this again; statecat drops only its own tables")
+        raise StatecatError(
+            f"database {database} holds tables statecat did not create ({names})",
+            hint="Move or drop them, then run this again; statecat drops only its own tables",
+        )
     spark.sql(f"DROP DATABASE IF EXISTS `{database}` CASCADE")
     return True
 

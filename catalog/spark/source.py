@@ -68,8 +68,9 @@ def _profiled(conform, batches, log_path: str) -> Iterator[pa.RecordBatch]:
             times["consumer_s"] += now - clock
         clock = now
     record = {k: round(v, 4) for k, v in times.items()}
-    record.update(rows=rows, batches=count, bytes=size, total_s=round(time.perf_counter() - started, 4),
-                  pid=os.getpid())
+    record.update(
+        rows=rows, batches=count, bytes=size, total_s=round(time.perf_counter() - started, 4), pid=os.getpid()
+    )
     with open(log_path, "a") as log:
         log.write(json.dumps(record) + "\n")
 
@@ -83,8 +84,7 @@ def _projection(full: pa.Schema, target: pa.Schema):
     if all(target.field(name).type == full.field(name).type for name in names):
         return lambda batch: batch.select(names)  # keeps the row count with no columns (count(*))
     # Arrow casts a struct to one with a subset of its fields by name, sharing the children's buffers.
-    return lambda batch: pa.RecordBatch.from_arrays(
-        [batch.column(f.name).cast(f.type) for f in target], schema=target)
+    return lambda batch: pa.RecordBatch.from_arrays([batch.column(f.name).cast(f.type) for f in target], schema=target)
 
 
 class StatecatQueryError(StatecatError):
@@ -134,8 +134,11 @@ def balanced_key_groups(location, key_groups: tuple[int, ...] | None, target_byt
     bytes as runs of ``target_bytes`` they fill (at least one): tasks of one size, so no core idles
     on a short last run while another still reads a full one."""
     sizes = key_group_bytes(location)
-    groups = key_groups if key_groups is not None else tuple(
-        range(location.start_key_group, location.start_key_group + location.num_key_groups))
+    groups = (
+        key_groups
+        if key_groups is not None
+        else tuple(range(location.start_key_group, location.start_key_group + location.num_key_groups))
+    )
     total = sum(sizes.get(g, 0) for g in groups)
     runs = max(1, round(total / target_bytes))
     chunks: list[tuple[int, ...]] = []
@@ -200,7 +203,8 @@ class FlinkStateDataSource(DataSource):
             raise StatecatError(
                 "the flinkstate source needs a savepoint",
                 hint="Use spark.read.format('flinkstate').option('path', SAVEPOINT).option('state', NAME), "
-                     "or query a table that `statecat attach` registered")
+                "or query a table that `statecat attach` registered",
+            )
         return ref
 
     def schema(self):
@@ -269,8 +273,14 @@ class FlinkStateReader(DataSourceReader):
             from statecat.catalog.spark.sql_forms import sql_form_partitions
 
             try:  # key_view: one task per savepoint; diff: per state and key-group range
-                return sql_form_partitions(ref.kind, ref.savepoint, keys=self.keys, databases=self.databases,
-                                           sides=self.sides, states=self.state_names) or [InputPartition(None)]
+                return sql_form_partitions(
+                    ref.kind,
+                    ref.savepoint,
+                    keys=self.keys,
+                    databases=self.databases,
+                    sides=self.sides,
+                    states=self.state_names,
+                ) or [InputPartition(None)]
             except StatecatError as exc:
                 raise StatecatQueryError(str(exc)) from None
         try:
@@ -328,8 +338,12 @@ class FlinkStateReader(DataSourceReader):
             if len(chunks) == 1 and part.key_groups is None:
                 out.append(StatePartition(part, state.kind, keys))
                 continue
-            out.extend(StatePartition(Partition(part.savepoint, part.operator_id, part.state, part.subtask, chunk),
-                                      state.kind, keys) for chunk in chunks)
+            out.extend(
+                StatePartition(
+                    Partition(part.savepoint, part.operator_id, part.state, part.subtask, chunk), state.kind, keys
+                )
+                for chunk in chunks
+            )
         return out
 
     def project(self, read_schema) -> None:
@@ -403,8 +417,11 @@ class FlinkStateReader(DataSourceReader):
                     label = _state_meta(ref.savepoint, ref.descriptors).operator(part.operator_id).label
                 except StatecatError:
                     label = part.operator_id
-            failure = _query_error(TableRef(ref.kind, ref.savepoint, part.operator_id, part.state,
-                                            operator_label=label), exc, attached=self.attached)
+            failure = _query_error(
+                TableRef(ref.kind, ref.savepoint, part.operator_id, part.state, operator_label=label),
+                exc,
+                attached=self.attached,
+            )
             # Raised here, the outermost reader frame, without its cause: the Python traceback Spark
             # embeds in its error (and spark-sql prints) is this one line plus statecat's message.
             raise failure from None
@@ -416,13 +433,17 @@ class FlinkStateReader(DataSourceReader):
 
             reader = SavepointReader(_state_meta(ref.savepoint, ref.descriptors), unpickle=ref.unpickle)
             key_groups = set(partition.key_groups) if partition.key_groups is not None else None
-            for state, batch in reader.operator_batches(partition.operator_id, list(partition.kinds),
-                                                        key_groups=key_groups, subtasks={partition.subtask}):
+            for state, batch in reader.operator_batches(
+                partition.operator_id, list(partition.kinds), key_groups=key_groups, subtasks={partition.subtask}
+            ):
                 yield from self._as_json([batch], state, partition.kinds[state], partition.subtask)
         except StatecatError as exc:
             # As read() does for one state: the one frame Spark shows (the reader's message names the state).
-            failure = _query_error(TableRef(ref.kind, ref.savepoint, partition.operator_id, None,
-                                            operator_label=ref.operator_label), exc, attached=self.attached)
+            failure = _query_error(
+                TableRef(ref.kind, ref.savepoint, partition.operator_id, None, operator_label=ref.operator_label),
+                exc,
+                attached=self.attached,
+            )
             raise failure from None
 
     def _conform(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -434,7 +455,8 @@ class FlinkStateReader(DataSourceReader):
             raise StatecatError(
                 f"the state's decoded columns {batch.schema.to_string(show_schema_metadata=False)!s} no longer fit "
                 f"the table's columns: {exc}",
-                hint="The table was registered from a different savepoint layout; attach the savepoint again") from None
+                hint="The table was registered from a different savepoint layout; attach the savepoint again",
+            ) from None
 
     def _as_json(self, batches, state_name: str, kind: str, subtask: int) -> Iterator[pa.RecordBatch]:
         from statecat.catalog.render import json_value
@@ -455,8 +477,9 @@ class FlinkStateReader(DataSourceReader):
                 "namespace": [text(row["namespace"]) if keyed else None for row in rows],
                 "value": [text(row["value"]) for row in rows],
             }
-            yield pa.RecordBatch.from_arrays([pa.array(columns[f.name], type=f.type) for f in self.arrow_schema],
-                                             schema=self.arrow_schema)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(columns[f.name], type=f.type) for f in self.arrow_schema], schema=self.arrow_schema
+            )
 
     def _read_state_meta(self) -> Iterator[pa.RecordBatch]:
         rows = state_meta_rows(_state_meta(self.ref.savepoint, self.ref.descriptors))  # errors: read() wraps them

@@ -42,33 +42,50 @@ PARTITION_BYTES = 32 << 20
 BATCH_ROWS = 8192
 
 KEY_VIEW_COLUMNS = (
-    ("database", "string"), ("path", "string"), ("checkpoint_id", "bigint"), ("taken_at", "timestamp"),
-    ("time_source", "string"), ("operator", "string"), ("operator_id", "string"), ("state", "string"),
-    ("table_name", "string"), ("kind", "string"), ("key", "string"), ("key_group", "int"),
-    ("namespace", "string"), ("value", "string"),
+    ("database", "string"),
+    ("path", "string"),
+    ("checkpoint_id", "bigint"),
+    ("taken_at", "timestamp"),
+    ("time_source", "string"),
+    ("operator", "string"),
+    ("operator_id", "string"),
+    ("state", "string"),
+    ("table_name", "string"),
+    ("kind", "string"),
+    ("key", "string"),
+    ("key_group", "int"),
+    ("namespace", "string"),
+    ("value", "string"),
 )
 KEY_VIEW_COMMENTS = {
     "database": "the savepoint's database (as in statecat.savepoints); WHERE database = ... reads only those",
     "path": "the savepoint's directory or URI",
     "checkpoint_id": "the checkpoint id Flink gave the savepoint",
     "taken_at": "when the savepoint was taken, as well as statecat knows (see time_source); ORDER BY taken_at "
-                "gives the key's history",
+    "gives the key's history",
     "time_source": "where taken_at comes from: rest_trigger, stateinfo_snapshot, checkpoint_mtime, "
-                   "'file_mtime: may be the copy time', unknown",
+    "'file_mtime: may be the copy time', unknown",
     "operator": "the operator's uid, else its name, else its id (how statecat names it)",
     "operator_id": "Flink's operator id (32 hex digits)",
     "state": "the state's name as Flink writes it",
     "table_name": "the state's table in the savepoint's database",
     "kind": "keyed | timer",
     "key": "the key as the query gives it (required: WHERE key = '...' or key IN (...)); coerced to each "
-           "state's key type: text, a number, or a JSON list of a composite key's fields",
+    "state's key type: text, a number, or a JSON list of a composite key's fields",
     "key_group": "the key-group the key falls into (the one key-group read)",
     "namespace": "window or other namespace of the value, as JSON text (null for plain keyed state)",
     "value": "the state's value for the key and namespace, as JSON text (timers: the timestamp in ms)",
 }
 DIFF_COLUMNS = (
-    ("a", "string"), ("b", "string"), ("operator", "string"), ("state", "string"), ("key", "string"),
-    ("namespace", "string"), ("change", "string"), ("old_value", "string"), ("new_value", "string"),
+    ("a", "string"),
+    ("b", "string"),
+    ("operator", "string"),
+    ("state", "string"),
+    ("key", "string"),
+    ("namespace", "string"),
+    ("change", "string"),
+    ("old_value", "string"),
+    ("new_value", "string"),
     ("reason", "string"),
 )
 DIFF_COMMENTS = {
@@ -79,21 +96,25 @@ DIFF_COMMENTS = {
     "key": "the key: text as is, other keys as JSON text (null for operator state)",
     "namespace": "window or other namespace, as JSON text (null for plain keyed and operator state)",
     "change": "added (in b only) | removed (in a only) | changed (old_value -> new_value) | reason (the state "
-              "was not compared: see reason)",
+    "was not compared: see reason)",
     "old_value": "the value in a, as JSON text (null when added)",
     "new_value": "the value in b, as JSON text (null when removed)",
     "reason": "why the state was not compared (one side only, another max parallelism, a changed type); null "
-              "for changes",
+    "for changes",
 }
 TABLE_COMMENTS = {
     "key_view": "one key in every keyed state of every attached savepoint: needs WHERE key = '...'; "
-                "ORDER BY taken_at for its history",
+    "ORDER BY taken_at for its history",
     "diff": "keys added, removed and changed between two attached savepoints: needs WHERE a = '...' AND b = '...'",
 }
-MISSING_KEY = ("statecat.key_view needs the key: add WHERE key = '...' (or key IN (...)), the key as text, "
-               "a number's digits, or a composite key's fields as a JSON list")
-MISSING_SIDES = ("statecat.diff needs the two savepoints: add WHERE a = 'DATABASE' AND b = 'DATABASE' "
-                 "(databases of statecat.savepoints; a the old one, b the new one)")
+MISSING_KEY = (
+    "statecat.key_view needs the key: add WHERE key = '...' (or key IN (...)), the key as text, "
+    "a number's digits, or a composite key's fields as a JSON list"
+)
+MISSING_SIDES = (
+    "statecat.diff needs the two savepoints: add WHERE a = 'DATABASE' AND b = 'DATABASE' "
+    "(databases of statecat.savepoints; a the old one, b the new one)"
+)
 
 
 def sql_form_columns(kind: str) -> tuple[tuple, dict]:
@@ -102,6 +123,7 @@ def sql_form_columns(kind: str) -> tuple[tuple, dict]:
 
 
 # ----------------------------------------------------------------------------- creating (driver, Spark)
+
 
 def ensure_sql_forms(spark, location: str) -> None:
     """Creates ``statecat.key_view`` and ``statecat.diff`` reading the registry at ``location``
@@ -112,6 +134,7 @@ def ensure_sql_forms(spark, location: str) -> None:
 
 
 # ----------------------------------------------------------------------------- planning (driver, no Spark)
+
 
 class KeyViewPartition(InputPartition):
     """One task: the key view of the keys in one registered savepoint."""
@@ -128,9 +151,21 @@ class DiffPartition(InputPartition):
     """One task: one matched state of a diff, in a range of key-groups (keyed), whole (operator
     state), or only its reason (not compared)."""
 
-    def __init__(self, a: str, b: str, path_a: str, path_b: str, operator: str, state: str, table: str, kind: str,
-                 side_a: tuple[str, str] | None, side_b: tuple[str, str] | None,
-                 key_groups: tuple[int, int] | None = None, reason: str | None = None):
+    def __init__(
+        self,
+        a: str,
+        b: str,
+        path_a: str,
+        path_b: str,
+        operator: str,
+        state: str,
+        table: str,
+        kind: str,
+        side_a: tuple[str, str] | None,
+        side_b: tuple[str, str] | None,
+        key_groups: tuple[int, int] | None = None,
+        reason: str | None = None,
+    ):
         super().__init__((a, b, operator, state, key_groups))
         self.a, self.b, self.path_a, self.path_b = a, b, path_a, path_b
         self.operator, self.state, self.table, self.kind = operator, state, table, kind
@@ -139,8 +174,9 @@ class DiffPartition(InputPartition):
         self.reason = reason
 
 
-def sql_form_partitions(kind: str, location: str, *, keys: set | None, databases: set | None,
-                        sides: dict, states: set | None) -> list[InputPartition]:
+def sql_form_partitions(
+    kind: str, location: str, *, keys: set | None, databases: set | None, sides: dict, states: set | None
+) -> list[InputPartition]:
     if kind == "key_view":
         return key_view_partitions(location, keys, databases)
     return diff_partitions(location, sides.get("a"), sides.get("b"), states)
@@ -154,13 +190,16 @@ def key_view_partitions(location: str, keys: set | None, databases: set | None) 
     given = tuple(sorted({str(k) for k in keys}))  # the key column holds the key as given
     if not given:
         return []  # key = NULL matches nothing
-    return [KeyViewPartition(database, path, checkpoint_id, given)
-            for database, path, checkpoint_id in registered_savepoints(location)
-            if databases is None or database in databases]
+    return [
+        KeyViewPartition(database, path, checkpoint_id, given)
+        for database, path, checkpoint_id in registered_savepoints(location)
+        if databases is None or database in databases
+    ]
 
 
-def diff_partitions(location: str, olds: set | None, news: set | None, states: set | None,
-                    target_bytes: int | None = None) -> list[DiffPartition]:
+def diff_partitions(
+    location: str, olds: set | None, news: set | None, states: set | None, target_bytes: int | None = None
+) -> list[DiffPartition]:
     from statecat.catalog.spark.catalog_views import registered_savepoints
     from statecat.readers.diff import COMPARED, diff_savepoints
 
@@ -169,9 +208,11 @@ def diff_partitions(location: str, olds: set | None, news: set | None, states: s
     paths = {database: path for database, path, _ in registered_savepoints(location)}
     for name in sorted(olds | news):
         if name not in paths:
-            raise LookupFailedError(f"statecat.diff: unknown savepoint database {name!r}. "
-                                    + did_you_mean(name, sorted(paths))
-                                    + " `SELECT database, path FROM statecat.savepoints` lists them")
+            raise LookupFailedError(
+                f"statecat.diff: unknown savepoint database {name!r}. "
+                + did_you_mean(name, sorted(paths))
+                + " `SELECT database, path FROM statecat.savepoints` lists them"
+            )
     parts: list[DiffPartition] = []
     for a in sorted(olds):
         for b in sorted(news):
@@ -187,8 +228,18 @@ def diff_partitions(location: str, olds: set | None, news: set | None, states: s
                     continue
                 side_a = (entry.a[0].id, entry.a[1].name) if entry.a else None
                 side_b = (entry.b[0].id, entry.b[1].name) if entry.b else None
-                common = (a, b, paths[a], paths[b], entry.operator, entry.state, entry.table, entry.kind,
-                          side_a, side_b)
+                common = (
+                    a,
+                    b,
+                    paths[a],
+                    paths[b],
+                    entry.operator,
+                    entry.state,
+                    entry.table,
+                    entry.kind,
+                    side_a,
+                    side_b,
+                )
                 if entry.status != COMPARED:
                     parts.append(DiffPartition(*common, reason=f"{entry.status}: {entry.reason}"))
                 elif entry.kind in ("keyed", "timer"):
@@ -232,6 +283,7 @@ def _meta(path: str):
 
 # ----------------------------------------------------------------------------- reading (workers, no Spark)
 
+
 def sql_form_batches(kind: str, partition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     if kind == "key_view" and isinstance(partition, KeyViewPartition):
         yield from key_view_batches(partition, schema)
@@ -250,9 +302,24 @@ def key_view_batches(partition: KeyViewPartition, schema: pa.Schema) -> Iterator
         for key in partition.keys:
             # A key that fits no state's key type here has no rows here (it may fit other savepoints).
             for row in key_view(reader, key).rows:
-                rows.append((partition.database, partition.path, partition.checkpoint_id, taken_at, time_source,
-                             row.operator, row.operator_id, row.state, row.table, row.kind, key, row.key_group,
-                             json_text(row.namespace), json_text(row.value)))
+                rows.append(
+                    (
+                        partition.database,
+                        partition.path,
+                        partition.checkpoint_id,
+                        taken_at,
+                        time_source,
+                        row.operator,
+                        row.operator_id,
+                        row.state,
+                        row.table,
+                        row.kind,
+                        key,
+                        row.key_group,
+                        json_text(row.namespace),
+                        json_text(row.value),
+                    )
+                )
     except (StatecatError, OSError) as exc:
         raise _savepoint_error(KEY_VIEW_TABLE, partition.path, partition.database, exc) from None
     if rows:
@@ -267,8 +334,17 @@ def diff_batches(partition: DiffPartition, schema: pa.Schema) -> Iterator[pa.Rec
     rows: list[tuple] = []
     try:
         for change in _changes(partition):
-            rows.append(front + (key_text(change.key), json_text(change.namespace), change.change,
-                                 json_text(change.old), json_text(change.new), None))
+            rows.append(
+                front
+                + (
+                    key_text(change.key),
+                    json_text(change.namespace),
+                    change.change,
+                    json_text(change.old),
+                    json_text(change.new),
+                    None,
+                )
+            )
             if len(rows) >= BATCH_ROWS:
                 yield _batch(rows, schema)
                 rows = []
@@ -280,8 +356,10 @@ def diff_batches(partition: DiffPartition, schema: pa.Schema) -> Iterator[pa.Rec
 
             if is_missing(path):
                 raise _savepoint_error(DIFF_TABLE, path, database, exc) from None
-        raise StatecatError(f"{DIFF_TABLE}: cannot compare state {partition.state!r} of {partition.operator} "
-                            f"between {partition.a} and {partition.b}: {exc}") from None
+        raise StatecatError(
+            f"{DIFF_TABLE}: cannot compare state {partition.state!r} of {partition.operator} "
+            f"between {partition.a} and {partition.b}: {exc}"
+        ) from None
     if rows:
         yield _batch(rows, schema)
 
@@ -355,8 +433,7 @@ def json_text(value) -> str | None:
 
 def _batch(rows: list[tuple], schema: pa.Schema) -> pa.RecordBatch:
     columns = list(zip(*rows))
-    return pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)],
-                                      schema=schema)
+    return pa.RecordBatch.from_arrays([pa.array(list(c), type=f.type) for c, f in zip(columns, schema)], schema=schema)
 
 
 def _savepoint_error(table: str, path: str, database: str, exc: Exception) -> StatecatError:
@@ -367,5 +444,15 @@ def _savepoint_error(table: str, path: str, database: str, exc: Exception) -> St
     return StatecatError(f"{table}: cannot read savepoint {path} (database {database}): {problem}")
 
 
-__all__ = ["DIFF_TABLE", "KEY_VIEW_TABLE", "SQL_FORM_KINDS", "diff_partitions", "ensure_sql_forms",
-           "key_group_ranges", "key_view_partitions", "sql_form_batches", "sql_form_columns", "sql_form_partitions"]
+__all__ = [
+    "DIFF_TABLE",
+    "KEY_VIEW_TABLE",
+    "SQL_FORM_KINDS",
+    "diff_partitions",
+    "ensure_sql_forms",
+    "key_group_ranges",
+    "key_view_partitions",
+    "sql_form_batches",
+    "sql_form_columns",
+    "sql_form_partitions",
+]

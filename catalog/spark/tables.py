@@ -30,11 +30,23 @@ REF_METADATA_KEY = "statecat.table"
 TABLE_KINDS = ("state", "operator", "state_meta", "states", "operators", "key_view", "diff")
 
 STATE_META_COLUMNS = (
-    ("operator_id", "string"), ("operator_uid", "string"), ("operator_name", "string"),
-    ("parallelism", "int"), ("max_parallelism", "int"), ("state_name", "string"), ("kind", "string"),
-    ("state_type", "string"), ("key_type", "string"), ("namespace_type", "string"), ("value_type", "string"),
-    ("decode_status", "string"), ("raw_reasons", "string"), ("entries", "bigint"), ("bytes", "bigint"),
-    ("operator_bytes", "bigint"), ("table_name", "string"),
+    ("operator_id", "string"),
+    ("operator_uid", "string"),
+    ("operator_name", "string"),
+    ("parallelism", "int"),
+    ("max_parallelism", "int"),
+    ("state_name", "string"),
+    ("kind", "string"),
+    ("state_type", "string"),
+    ("key_type", "string"),
+    ("namespace_type", "string"),
+    ("value_type", "string"),
+    ("decode_status", "string"),
+    ("raw_reasons", "string"),
+    ("entries", "bigint"),
+    ("bytes", "bigint"),
+    ("operator_bytes", "bigint"),
+    ("table_name", "string"),
 )
 # What each state_meta column holds (shown by DESCRIBE); exactly what entries and bytes count:
 # statecat.readers.state_bytes.
@@ -53,19 +65,23 @@ STATE_META_COMMENTS = {
     "decode_status": "full: every part decodes; raw: some part comes out as bytes (see raw_reasons)",
     "raw_reasons": "why parts of the state come out as bytes, or why its size could not be measured (null when none)",
     "entries": "entries stored: keyed state one per key and namespace (MapState: per map entry), timers one "
-               "per timer, list/union state one per element, broadcast state map entries summed over the "
-               "subtasks' copies; null for the coordinator",
+    "per timer, list/union state one per element, broadcast state map entries summed over the "
+    "subtasks' copies; null for the coordinator",
     "bytes": "bytes of this state in the savepoint: its entries in the keyed key-group streams (compressed "
-             "key-groups shared in proportion), or its part of the operator state streams; the operator's "
-             "states' bytes add up to operator_bytes less headers and end markers (null: not measured, e.g. "
-             "heap-checkpoint key-groups)",
+    "key-groups shared in proportion), or its part of the operator state streams; the operator's "
+    "states' bytes add up to operator_bytes less headers and end markers (null: not measured, e.g. "
+    "heap-checkpoint key-groups)",
     "operator_bytes": "every stream of the operator in the savepoint (the same on each of its states: do not "
-                      "sum it over states)",
+    "sum it over states)",
     "table_name": "the state's table in this database",
 }
 OPERATOR_COLUMNS = (
-    ("state_name", "string"), ("kind", "string"), ("subtask", "int"),
-    ("key", "string"), ("namespace", "string"), ("value", "string"),
+    ("state_name", "string"),
+    ("kind", "string"),
+    ("subtask", "int"),
+    ("key", "string"),
+    ("namespace", "string"),
+    ("value", "string"),
 )
 
 COLUMN_COMMENTS = {
@@ -98,8 +114,15 @@ class TableRef:
     @staticmethod
     def from_json(text: str) -> TableRef:
         data = json.loads(text)
-        return TableRef(data["kind"], data["savepoint"], data.get("operator"), data.get("state"),
-                        bool(data.get("unpickle")), data.get("operator_label"), data.get("descriptors"))
+        return TableRef(
+            data["kind"],
+            data["savepoint"],
+            data.get("operator"),
+            data.get("state"),
+            bool(data.get("unpickle")),
+            data.get("operator_label"),
+            data.get("descriptors"),
+        )
 
     def describe(self) -> str:
         parts = [f"savepoint {self.savepoint}"]
@@ -122,18 +145,30 @@ def savepoint_tables(meta: StateMeta, descriptors: str | None = None) -> list[Ta
 
     ``descriptors``: the descriptor file ``meta`` was loaded with; its tables carry it."""
     names = catalog_table_names(meta)
-    tables = [TableDef(STATE_META_TABLE, TableRef("state_meta", meta.path, descriptors=descriptors),
-                       f"states of Flink savepoint {meta.path} (checkpoint {meta.checkpoint_id})")]
+    tables = [
+        TableDef(
+            STATE_META_TABLE,
+            TableRef("state_meta", meta.path, descriptors=descriptors),
+            f"states of Flink savepoint {meta.path} (checkpoint {meta.checkpoint_id})",
+        )
+    ]
     for op, state in meta.states():
-        tables.append(TableDef(names.states[(op.id, state.name)],
-                               TableRef("state", meta.path, op.id, state.name, operator_label=op.label,
-                                        descriptors=descriptors),
-                               f"{state.kind} state {state.name!r} of operator {op.label}"))
+        tables.append(
+            TableDef(
+                names.states[(op.id, state.name)],
+                TableRef("state", meta.path, op.id, state.name, operator_label=op.label, descriptors=descriptors),
+                f"{state.kind} state {state.name!r} of operator {op.label}",
+            )
+        )
     for op in meta.operators:
         if op.id in names.operators:
-            tables.append(TableDef(names.operators[op.id], TableRef("operator", meta.path, op.id, operator_label=op.label,
-                                                                    descriptors=descriptors),
-                                   f"all states of operator {op.label} as JSON text"))
+            tables.append(
+                TableDef(
+                    names.operators[op.id],
+                    TableRef("operator", meta.path, op.id, operator_label=op.label, descriptors=descriptors),
+                    f"all states of operator {op.label} as JSON text",
+                )
+            )
     return tables
 
 
@@ -143,6 +178,7 @@ def state_table_names(meta: StateMeta) -> dict[tuple[str, str], str]:
 
 
 # ----------------------------------------------------------------------------- schemas
+
 
 def spark_schema(ref: TableRef, meta: StateMeta | None = None):
     """The Spark StructType of a table, its first column carrying the TableRef."""
@@ -211,8 +247,9 @@ def ref_from_options(options) -> TableRef | None:
     if kind not in TABLE_KINDS:
         raise LookupFailedError(f"option table={kind!r} is not one of {', '.join(TABLE_KINDS)}")
     if kind == "state" and not opts.get("state"):
-        raise LookupFailedError("option 'state' is missing",
-                                hint="Give .option('state', NAME) or .option('table', 'state_meta')")
+        raise LookupFailedError(
+            "option 'state' is missing", hint="Give .option('state', NAME) or .option('table', 'state_meta')"
+        )
     unpickle = opts.get("unpickle", "false").lower() in ("true", "1", "yes")
     return TableRef(kind, path, opts.get("operator"), opts.get("state"), unpickle, descriptors=opts.get("descriptors"))
 
@@ -238,11 +275,27 @@ def state_meta_rows(meta: StateMeta, sizes: dict | None = None) -> list[tuple]:
         for state in op.states:
             measured = size.states[state.name] if size is not None else None
             notes = "; ".join(list(state.raw_reasons) + ([size_error] if size_error else [])) or None
-            rows.append((op.id, op.uid, op.name, op.parallelism, op.max_parallelism, state.name, state.kind,
-                         state.state_type, _describe(state.key), _describe(state.namespace), _describe(state.value),
-                         state.decode_status, notes, measured.entries if measured else None,
-                         measured.bytes if measured else None, size.operator_bytes if size is not None else None,
-                         names.get((op.id, state.name))))
+            rows.append(
+                (
+                    op.id,
+                    op.uid,
+                    op.name,
+                    op.parallelism,
+                    op.max_parallelism,
+                    state.name,
+                    state.kind,
+                    state.state_type,
+                    _describe(state.key),
+                    _describe(state.namespace),
+                    _describe(state.value),
+                    state.decode_status,
+                    notes,
+                    measured.entries if measured else None,
+                    measured.bytes if measured else None,
+                    size.operator_bytes if size is not None else None,
+                    names.get((op.id, state.name)),
+                )
+            )
     return rows
 
 

@@ -11,5 +11,11 @@ from statecat.readers.sst.column_family import ColumnFamilyView, RangeTombstones
 from statecat.readers.sst.format import SUPPORTED_FORMAT_VERSIONS
 from statecat.readers.sst.table import SstFile
 
-__all__ = ["ColumnFamilyView", "DecodedBlock", "RangeTombstones", "SUPPORTED_FORMAT_VERSIONS", "SstFile",
-           "concatenate_with_delimiter"]
+__all__ = [
+    "ColumnFamilyView",
+    "DecodedBlock",
+    "RangeTombstones",
+    "SUPPORTED_FORMAT_VERSIONS",
+    "SstFile",
+    "concatenate_with_delimiter",
+]

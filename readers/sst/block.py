@@ -53,9 +53,9 @@ BLOCK_ERRORS = {
     BLOCK_BAD_VARINT: "expected a varint within the block, got one running past the entries or too long",
     BLOCK_OVERRUN: "expected the entry's key and value within the block's entries, got lengths running past them",
     BLOCK_BAD_SHARED: "expected a shared key prefix no longer than the previous key (and none at a restart "
-                      "point), got a longer one",
+    "point), got a longer one",
     BLOCK_BAD_RESTART: "expected the restart array to list the offsets of entries in ascending order, got an "
-                       "offset that is not an entry's start",
+    "offset that is not an entry's start",
     BLOCK_SHORT_KEY: "expected an internal key of at least 8 bytes (user key + sequence/type), got a shorter one",
     BLOCK_BAD_HANDLE: "expected a block handle (varint64 offset and size) as the index value, got a malformed one",
 }
@@ -84,9 +84,25 @@ def _varint(buf, pos, limit, max_bytes):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_trailer, fill,
-               keys, key_start, key_len, seq, vtype, value_start, value_len,
-               handle_offset, handle_size, scratch):  # pragma: no cover - compiled
+def walk_block(
+    buf,
+    restarts_at,
+    num_restarts,
+    value_mode,
+    have_first_key,
+    key_trailer,
+    fill,
+    keys,
+    key_start,
+    key_len,
+    seq,
+    vtype,
+    value_start,
+    value_len,
+    handle_offset,
+    handle_size,
+    scratch,
+):  # pragma: no cover - compiled
     """Walks the entries of one uncompressed block; returns (entries, key bytes, error, error position).
 
     With ``fill`` false it only counts entries and total key bytes (the output arrays may be
@@ -105,8 +121,12 @@ def walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_t
         is_restart = False
         if next_restart < num_restarts:
             r = restarts_at + 4 * next_restart
-            restart = (np.int64(buf[r]) | (np.int64(buf[r + 1]) << 8) | (np.int64(buf[r + 2]) << 16)
-                       | (np.int64(buf[r + 3]) << 24))
+            restart = (
+                np.int64(buf[r])
+                | (np.int64(buf[r + 1]) << 8)
+                | (np.int64(buf[r + 2]) << 16)
+                | (np.int64(buf[r + 3]) << 24)
+            )
             if restart == pos:
                 is_restart = True
                 next_restart += 1
@@ -207,8 +227,21 @@ def walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_t
 
 
 @numba.njit(cache=True, nogil=True)
-def walk_data_blocks(buf, block_at, block_restarts, block_num_restarts, fill, keys, key_start, key_len, seq, vtype,
-                     value_start, value_len, scratch):  # pragma: no cover - compiled
+def walk_data_blocks(
+    buf,
+    block_at,
+    block_restarts,
+    block_num_restarts,
+    fill,
+    keys,
+    key_start,
+    key_len,
+    seq,
+    vtype,
+    value_start,
+    value_len,
+    scratch,
+):  # pragma: no cover - compiled
     """``walk_block`` over several uncompressed data blocks laid back to back in ``buf``: returns
     (entries, key bytes, error, failing block, error position in it). With ``fill`` the entries of
     all blocks go to the arrays in order, values as positions in ``buf``."""
@@ -219,19 +252,50 @@ def walk_data_blocks(buf, block_at, block_restarts, block_num_restarts, fill, ke
     eu64 = np.empty(0, dtype=np.uint64)
     for b in range(block_at.shape[0]):
         at = block_at[b]
-        block = buf[at:at + block_restarts[b] + 4 * block_num_restarts[b]]
+        block = buf[at : at + block_restarts[b] + 4 * block_num_restarts[b]]
         if fill:
             count, key_bytes, error, where = walk_block(
-                block, block_restarts[b], block_num_restarts[b], VALUES_LENGTH_PREFIXED, False, True, True,
-                keys[total:], key_start[n:], key_len[n:], seq[n:], vtype[n:], value_start[n:], value_len[n:],
-                e64, e64, scratch)
+                block,
+                block_restarts[b],
+                block_num_restarts[b],
+                VALUES_LENGTH_PREFIXED,
+                False,
+                True,
+                True,
+                keys[total:],
+                key_start[n:],
+                key_len[n:],
+                seq[n:],
+                vtype[n:],
+                value_start[n:],
+                value_len[n:],
+                e64,
+                e64,
+                scratch,
+            )
             for i in range(n, n + count):
                 key_start[i] += total
                 value_start[i] += at
         else:
             count, key_bytes, error, where = walk_block(
-                block, block_restarts[b], block_num_restarts[b], VALUES_LENGTH_PREFIXED, False, True, False,
-                e8, e64, e64, eu64, e8, e64, e64, e64, e64, scratch)
+                block,
+                block_restarts[b],
+                block_num_restarts[b],
+                VALUES_LENGTH_PREFIXED,
+                False,
+                True,
+                False,
+                e8,
+                e64,
+                e64,
+                eu64,
+                e8,
+                e64,
+                e64,
+                e64,
+                e64,
+                scratch,
+            )
         if error != BLOCK_OK:
             return n + count, total + key_bytes, error, b, where
         n += count
@@ -256,24 +320,41 @@ def decode_joined_blocks(buf: np.ndarray, sizes: np.ndarray, offsets: list[int],
     failed = _restart_layouts(buf, block_at, sizes, MAX_HASH_INDEX_BLOCK, restarts, num_restarts)
     if failed >= 0:  # the Python reading of that block raises the error with its details
         at = int(block_at[failed])
-        restart_layout(buf[at:at + int(sizes[failed])].tobytes(), display, offsets[failed])
+        restart_layout(buf[at : at + int(sizes[failed])].tobytes(), display, offsets[failed])
         raise AssertionError("restart layout checks disagree")  # pragma: no cover
     scratch = np.empty(max(1, int(restarts.max(initial=1))), dtype=np.uint8)
     e64 = np.empty(0, dtype=np.int64)
     e8 = np.empty(0, dtype=np.uint8)
-    n, total, err, failed, at = walk_data_blocks(buf, block_at, restarts, num_restarts, False, e8, e64, e64,
-                                                 np.empty(0, dtype=np.uint64), e8, e64, e64, scratch)
+    n, total, err, failed, at = walk_data_blocks(
+        buf, block_at, restarts, num_restarts, False, e8, e64, e64, np.empty(0, dtype=np.uint64), e8, e64, e64, scratch
+    )
     if err != BLOCK_OK:
-        raise FormatError(f"data block entry: {BLOCK_ERRORS[err]}", file=display, offset=offsets[failed] + at,
-                          hint=f"{HINT_DAMAGED} (the data block starts at byte offset {offsets[failed]})")
+        raise FormatError(
+            f"data block entry: {BLOCK_ERRORS[err]}",
+            file=display,
+            offset=offsets[failed] + at,
+            hint=f"{HINT_DAMAGED} (the data block starts at byte offset {offsets[failed]})",
+        )
     keys = np.empty(total, dtype=np.uint8)
     key_start, key_len, value_start, value_len = (np.empty(n, dtype=np.int64) for _ in range(4))
     seq = np.empty(n, dtype=np.uint64)
     vtype = np.empty(n, dtype=np.uint8)
-    walk_data_blocks(buf, block_at, restarts, num_restarts, True, keys, key_start, key_len, seq, vtype,
-                     value_start, value_len, scratch)
-    return DecodedBlock(offsets[0] if offsets else 0, buf, keys, key_start, key_len, seq, vtype, value_start,
-                        value_len)
+    walk_data_blocks(
+        buf,
+        block_at,
+        restarts,
+        num_restarts,
+        True,
+        keys,
+        key_start,
+        key_len,
+        seq,
+        vtype,
+        value_start,
+        value_len,
+        scratch,
+    )
+    return DecodedBlock(offsets[0] if offsets else 0, buf, keys, key_start, key_len, seq, vtype, value_start, value_len)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -285,8 +366,9 @@ def _restart_layouts(buf, block_at, sizes, max_hash_index_block, restarts, num_r
         if size < 4:
             return b
         e = at + size - 4
-        footer = np.int64(buf[e]) | (np.int64(buf[e + 1]) << 8) | (np.int64(buf[e + 2]) << 16) | (
-            np.int64(buf[e + 3]) << 24)
+        footer = (
+            np.int64(buf[e]) | (np.int64(buf[e + 1]) << 8) | (np.int64(buf[e + 2]) << 16) | (np.int64(buf[e + 3]) << 24)
+        )
         end = size - 4
         count = footer
         if size <= max_hash_index_block and footer & 0x80000000:
@@ -315,8 +397,12 @@ def _span_trailers(buf, rel, sizes, compression, stored, body_at, out_size):  # 
             return b
         kind = buf[end]
         compression[b] = kind
-        stored[b] = np.uint32(buf[end + 1]) | (np.uint32(buf[end + 2]) << np.uint32(8)) | (
-            np.uint32(buf[end + 3]) << np.uint32(16)) | (np.uint32(buf[end + 4]) << np.uint32(24))
+        stored[b] = (
+            np.uint32(buf[end + 1])
+            | (np.uint32(buf[end + 2]) << np.uint32(8))
+            | (np.uint32(buf[end + 3]) << np.uint32(16))
+            | (np.uint32(buf[end + 4]) << np.uint32(24))
+        )
         if kind == NO_COMPRESSION:
             body_at[b] = at
             out_size[b] = sizes[b]
@@ -332,8 +418,16 @@ def _span_trailers(buf, rel, sizes, compression, stored, body_at, out_size):  # 
     return -1
 
 
-def decode_span_fast(raw: bytes, raw_start: int, offsets: np.ndarray, sizes: np.ndarray, *, checksum_type: int,
-                     base_context_checksum: int, verify: bool) -> tuple[np.ndarray, np.ndarray] | None:
+def decode_span_fast(
+    raw: bytes,
+    raw_start: int,
+    offsets: np.ndarray,
+    sizes: np.ndarray,
+    *,
+    checksum_type: int,
+    base_context_checksum: int,
+    verify: bool,
+) -> tuple[np.ndarray, np.ndarray] | None:
     """The uncompressed contents of consecutive data blocks read at once (``raw``: the file's bytes
     from ``raw_start``; ``offsets``/``sizes``: the blocks' handles) laid back to back, with each
     block's length; checksums verified as ``read_block_bytes`` does, with a few Python calls per
@@ -354,12 +448,14 @@ def decode_span_fast(raw: bytes, raw_start: int, offsets: np.ndarray, sizes: np.
     ends = (rel + sizes).tolist()
     if verify and checksum_type != NO_CHECKSUM:
         if checksum_type == XXH3:
-            hashes = np.fromiter((xxh3_64_intdigest(view[a:e]) for a, e in zip(starts, ends)), dtype=np.uint64,
-                                 count=n)
+            hashes = np.fromiter((xxh3_64_intdigest(view[a:e]) for a, e in zip(starts, ends)), dtype=np.uint64, count=n)
             computed = (hashes & np.uint64(0xFFFFFFFF)) ^ (compression.astype(np.uint64) * np.uint64(0x6B9083D9))
         else:
-            computed = np.fromiter((block_checksum(checksum_type, view[a:e], t)
-                                    for a, e, t in zip(starts, ends, compression.tolist())), dtype=np.uint64, count=n)
+            computed = np.fromiter(
+                (block_checksum(checksum_type, view[a:e], t) for a, e, t in zip(starts, ends, compression.tolist())),
+                dtype=np.uint64,
+                count=n,
+            )
         if base_context_checksum:
             off = offsets.astype(np.uint64)
             mask = np.uint64(0xFFFFFFFF)
@@ -371,11 +467,12 @@ def decode_span_fast(raw: bytes, raw_start: int, offsets: np.ndarray, sizes: np.
     out = np.empty(int(out_size.sum()), dtype=np.uint8)
     target = memoryview(out)
     try:
-        for _b, (body, end, at, size, kind) in enumerate(zip(body_at.tolist(), ends, block_at.tolist(),
-                                                            out_size.tolist(), compression.tolist())):
+        for _b, (body, end, at, size, kind) in enumerate(
+            zip(body_at.tolist(), ends, block_at.tolist(), out_size.tolist(), compression.tolist())
+        ):
             if kind == NO_COMPRESSION:
-                target[at:at + size] = view[body:end]
-            elif cramjam.lz4.decompress_block_into(view[body:end], target[at:at + size]) != size:
+                target[at : at + size] = view[body:end]
+            elif cramjam.lz4.decompress_block_into(view[body:end], target[at : at + size]) != size:
                 return None
     except cramjam.DecompressionError:
         return None
@@ -405,19 +502,23 @@ class DecodedBlock:
 
     def key_list(self) -> list[bytes]:
         raw = self.keys.tobytes()
-        return [raw[s:s + n] for s, n in zip(self.key_start.tolist(), self.key_len.tolist())]
+        return [raw[s : s + n] for s, n in zip(self.key_start.tolist(), self.key_len.tolist())]
 
     def value_list(self) -> list[bytes]:
         raw = self.data.tobytes()
-        return [raw[s:s + n] for s, n in zip(self.value_start.tolist(), self.value_len.tolist())]
+        return [raw[s : s + n] for s, n in zip(self.value_start.tolist(), self.value_len.tolist())]
 
 
 def restart_layout(data, display: str, offset: int) -> tuple[int, int]:
     """(offset of the restart array, restart count) of an uncompressed block."""
     size = len(data)
     if size < 4:
-        raise FormatError(f"expected a block of at least 4 bytes (its restart count), got {size}",
-                          file=display, offset=offset, hint=HINT_DAMAGED)
+        raise FormatError(
+            f"expected a block of at least 4 bytes (its restart count), got {size}",
+            file=display,
+            offset=offset,
+            hint=HINT_DAMAGED,
+        )
     (footer,) = struct.unpack_from("<I", data, size - 4)
     end = size - 4
     num_restarts = footer
@@ -425,21 +526,36 @@ def restart_layout(data, display: str, offset: int) -> tuple[int, int]:
         # Data-block hash index: buckets (1 byte each) and their count (fixed16) before the count.
         num_restarts = footer & 0x7FFFFFFF
         if end < 2:
-            raise FormatError("expected a data-block hash index footer, got a block too small for it",
-                              file=display, offset=offset, hint=HINT_DAMAGED)
+            raise FormatError(
+                "expected a data-block hash index footer, got a block too small for it",
+                file=display,
+                offset=offset,
+                hint=HINT_DAMAGED,
+            )
         (buckets,) = struct.unpack_from("<H", data, end - 2)
         end = end - 2 - buckets
     restarts_at = end - 4 * num_restarts
     if restarts_at < 0 or num_restarts > (1 << 30):
         raise FormatError(
             f"bad restart array: expected at most {max(end, 0) // 4} restart points in a block of {size} bytes, "
-            f"got a count of {num_restarts}", file=display, offset=offset, hint=HINT_DAMAGED)
+            f"got a count of {num_restarts}",
+            file=display,
+            offset=offset,
+            hint=HINT_DAMAGED,
+        )
     return restarts_at, num_restarts
 
 
-def decode_block(data: bytes, display: str, offset: int, *, key_trailer: bool,
-                 value_mode: int = VALUES_LENGTH_PREFIXED, have_first_key: bool = False,
-                 what: str = "data block") -> DecodedBlock:
+def decode_block(
+    data: bytes,
+    display: str,
+    offset: int,
+    *,
+    key_trailer: bool,
+    value_mode: int = VALUES_LENGTH_PREFIXED,
+    have_first_key: bool = False,
+    what: str = "data block",
+) -> DecodedBlock:
     """All entries of an uncompressed block (``offset``: where the block is in the file)."""
     buf = np.frombuffer(data, dtype=np.uint8)
     restarts_at, num_restarts = restart_layout(data, display, offset)
@@ -447,11 +563,32 @@ def decode_block(data: bytes, display: str, offset: int, *, key_trailer: bool,
     e64 = np.empty(0, dtype=np.int64)
     e8 = np.empty(0, dtype=np.uint8)
     eu64 = np.empty(0, dtype=np.uint64)
-    n, total, err, at = walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_trailer,
-                                   False, e8, e64, e64, eu64, e8, e64, e64, e64, e64, scratch)
+    n, total, err, at = walk_block(
+        buf,
+        restarts_at,
+        num_restarts,
+        value_mode,
+        have_first_key,
+        key_trailer,
+        False,
+        e8,
+        e64,
+        e64,
+        eu64,
+        e8,
+        e64,
+        e64,
+        e64,
+        e64,
+        scratch,
+    )
     if err != BLOCK_OK:
-        raise FormatError(f"{what} entry {n}: {BLOCK_ERRORS[err]}", file=display, offset=offset + at,
-                          hint=f"{HINT_DAMAGED} (the {what} starts at byte offset {offset})")
+        raise FormatError(
+            f"{what} entry {n}: {BLOCK_ERRORS[err]}",
+            file=display,
+            offset=offset + at,
+            hint=f"{HINT_DAMAGED} (the {what} starts at byte offset {offset})",
+        )
     keys = np.empty(total, dtype=np.uint8)
     key_start = np.empty(n, dtype=np.int64)
     key_len = np.empty(n, dtype=np.int64)
@@ -462,10 +599,38 @@ def decode_block(data: bytes, display: str, offset: int, *, key_trailer: bool,
     handles = value_mode != VALUES_LENGTH_PREFIXED
     handle_offset = np.empty(n if handles else 0, dtype=np.int64)
     handle_size = np.empty(n if handles else 0, dtype=np.int64)
-    walk_block(buf, restarts_at, num_restarts, value_mode, have_first_key, key_trailer, True,
-               keys, key_start, key_len, seq, vtype, value_start, value_len, handle_offset, handle_size, scratch)
-    return DecodedBlock(offset, buf, keys, key_start, key_len, seq, vtype, value_start, value_len,
-                        handle_offset if handles else None, handle_size if handles else None)
+    walk_block(
+        buf,
+        restarts_at,
+        num_restarts,
+        value_mode,
+        have_first_key,
+        key_trailer,
+        True,
+        keys,
+        key_start,
+        key_len,
+        seq,
+        vtype,
+        value_start,
+        value_len,
+        handle_offset,
+        handle_size,
+        scratch,
+    )
+    return DecodedBlock(
+        offset,
+        buf,
+        keys,
+        key_start,
+        key_len,
+        seq,
+        vtype,
+        value_start,
+        value_len,
+        handle_offset if handles else None,
+        handle_size if handles else None,
+    )
 
 
 def decode_index_values(block: DecodedBlock, display: str, have_first_key: bool) -> None:
@@ -484,16 +649,29 @@ def decode_index_values(block: DecodedBlock, display: str, have_first_key: bool)
                 if pos + first_len > start + length:
                     raise VarintError(pos)
         except VarintError:
-            raise FormatError(f"index entry {i}: {BLOCK_ERRORS[BLOCK_BAD_HANDLE]}", file=display,
-                              offset=block.offset + start, hint=HINT_DAMAGED) from None
+            raise FormatError(
+                f"index entry {i}: {BLOCK_ERRORS[BLOCK_BAD_HANDLE]}",
+                file=display,
+                offset=block.offset + start,
+                hint=HINT_DAMAGED,
+            ) from None
         offsets[i] = off
         sizes[i] = size
     block.handle_offset = offsets
     block.handle_size = sizes
 
 
-def read_block_bytes(source, handle: BlockHandle, *, file_size: int, display: str, checksum_type: int,
-                     base_context_checksum: int, verify: bool, what: str) -> tuple[bytes, int]:
+def read_block_bytes(
+    source,
+    handle: BlockHandle,
+    *,
+    file_size: int,
+    display: str,
+    checksum_type: int,
+    base_context_checksum: int,
+    verify: bool,
+    what: str,
+) -> tuple[bytes, int]:
     """(uncompressed contents, bytes read) of the block at ``handle``: its trailer's checksum
     checked (when ``verify``), then decompressed by the trailer's compression type."""
     end = handle.offset + handle.size + BLOCK_TRAILER_SIZE
@@ -501,25 +679,35 @@ def read_block_bytes(source, handle: BlockHandle, *, file_size: int, display: st
         raise FormatError(
             f"{what} handle points past the end of the file: expected offset + size + {BLOCK_TRAILER_SIZE} "
             f"<= {file_size}, got {handle.offset} + {handle.size} + {BLOCK_TRAILER_SIZE} = {end}",
-            file=display, offset=handle.offset,
-            hint="The file is truncated or its index is damaged; copy it again from the snapshot")
+            file=display,
+            offset=handle.offset,
+            hint="The file is truncated or its index is damaged; copy it again from the snapshot",
+        )
     source.seek(handle.offset)
     raw = source.read(handle.size + BLOCK_TRAILER_SIZE)
     if len(raw) != handle.size + BLOCK_TRAILER_SIZE:
-        raise FormatError(f"expected {handle.size + BLOCK_TRAILER_SIZE} bytes of {what}, got {len(raw)}",
-                          file=display, offset=handle.offset, hint="The file is truncated; copy it again")
+        raise FormatError(
+            f"expected {handle.size + BLOCK_TRAILER_SIZE} bytes of {what}, got {len(raw)}",
+            file=display,
+            offset=handle.offset,
+            hint="The file is truncated; copy it again",
+        )
     view = memoryview(raw)
-    payload = view[:handle.size]
+    payload = view[: handle.size]
     compression = raw[handle.size]
     if verify and checksum_type != NO_CHECKSUM:
         (stored,) = struct.unpack_from("<I", raw, handle.size + 1)
-        computed = (block_checksum(checksum_type, payload, compression)
-                    + context_modifier(base_context_checksum, handle.offset)) & 0xFFFFFFFF
+        computed = (
+            block_checksum(checksum_type, payload, compression) + context_modifier(base_context_checksum, handle.offset)
+        ) & 0xFFFFFFFF
         if computed != stored:
             raise FormatError(
                 f"{what} checksum mismatch: expected 0x{stored:08x} ({CHECKSUM_NAMES[checksum_type]}) got "
-                f"0x{computed:08x} at block offset {handle.offset}", file=display, offset=handle.offset,
-                hint=HINT_DAMAGED)
+                f"0x{computed:08x} at block offset {handle.offset}",
+                file=display,
+                offset=handle.offset,
+                hint=HINT_DAMAGED,
+            )
     return decompress(payload, compression, display=display, offset=handle.offset, what=what), len(raw)
 
 
@@ -531,16 +719,22 @@ def decompress(payload, compression: int, *, display: str, offset: int, what: st
     if compression not in COMPRESSION_NAMES:
         raise FormatError(
             f"unknown compression type {compression} in the {what} trailer: expected one of "
-            f"{', '.join(f'{k} ({v})' for k, v in COMPRESSION_NAMES.items())}", file=display,
-            offset=offset, hint=HINT_DAMAGED)
+            f"{', '.join(f'{k} ({v})' for k, v in COMPRESSION_NAMES.items())}",
+            file=display,
+            offset=offset,
+            hint=HINT_DAMAGED,
+        )
     name = COMPRESSION_NAMES[compression]
     try:
         if compression == SNAPPY:
             return bytes(cramjam.snappy.decompress_raw(payload))
         if compression not in (ZLIB, BZIP2, LZ4, LZ4HC, ZSTD, ZSTD_NOT_FINAL):
-            raise UnsupportedError(f"{what} compressed with {name}, which statecat does not decompress",
-                                   file=display, offset=offset,
-                                   hint="Flink's RocksDB options use Snappy, LZ4, ZSTD or Zlib")
+            raise UnsupportedError(
+                f"{what} compressed with {name}, which statecat does not decompress",
+                file=display,
+                offset=offset,
+                hint="Flink's RocksDB options use Snappy, LZ4, ZSTD or Zlib",
+            )
         size, start = read_varint(payload, 0, len(payload), 5)
         if size > MAX_BLOCK_SIZE:
             raise ValueError(f"an uncompressed size of {size} bytes, above {MAX_BLOCK_SIZE}")
@@ -558,9 +752,14 @@ def decompress(payload, compression: int, *, display: str, offset: int, what: st
         else:
             out = bz2.decompress(body)
     except (VarintError, ValueError, OSError, zlib.error, cramjam.DecompressionError) as e:
-        raise FormatError(f"corrupt {name}-compressed {what}: {e}", file=display, offset=offset,
-                          hint=HINT_DAMAGED) from None
+        raise FormatError(
+            f"corrupt {name}-compressed {what}: {e}", file=display, offset=offset, hint=HINT_DAMAGED
+        ) from None
     if len(out) != size:
-        raise FormatError(f"corrupt {name}-compressed {what}: expected {size} bytes uncompressed, got {len(out)}",
-                          file=display, offset=offset, hint=HINT_DAMAGED)
+        raise FormatError(
+            f"corrupt {name}-compressed {what}: expected {size} bytes uncompressed, got {len(out)}",
+            file=display,
+            offset=offset,
+            hint=HINT_DAMAGED,
+        )
     return out

@@ -82,13 +82,16 @@ class ColumnFamilyView:
             raise FormatError(
                 f"expected the SST files of one column family, got files of {sorted(names)}",
                 file=", ".join(f.display for f in self.files),
-                hint="Group a snapshot's SST files by their rocksdb.column.family.name property first")
+                hint="Group a snapshot's SST files by their rocksdb.column.family.name property first",
+            )
         unknown = [f.display for f in self.files if f.global_seqno_unknown]
         if unknown and len(self.files) > 1:
             raise UnsupportedError(
                 "ingested SST file (made by SstFileWriter) whose sequence number is kept only in the DB's "
-                "MANIFEST: its versions cannot be ordered against the other files'", file=", ".join(unknown),
-                hint="Open it with SstFile(..., largest_seqno=<the file's largest seqno in the MANIFEST>)")
+                "MANIFEST: its versions cannot be ordered against the other files'",
+                file=", ".join(unknown),
+                hint="Open it with SstFile(..., largest_seqno=<the file's largest seqno in the MANIFEST>)",
+            )
         self._tombstones: RangeTombstones | None = None
         self._order: list | None = None
 
@@ -97,8 +100,9 @@ class ColumnFamilyView:
             self._tombstones = RangeTombstones(t for f in self.files for t in f.range_tombstones())
         return self._tombstones
 
-    def versions(self, lower: bytes | None = None, upper: bytes | None = None
-                 ) -> Iterator[tuple[bytes, int, int, bytes]]:
+    def versions(
+        self, lower: bytes | None = None, upper: bytes | None = None
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Every stored version (user key, seq, type, value) in [lower, upper) across the files,
         in internal-key order (user key ascending, newest first)."""
         if len(self.files) == 1:
@@ -106,8 +110,11 @@ class ColumnFamilyView:
         ordered = self._disjoint_order()
         if ordered is not None:
             return itertools.chain.from_iterable(f.entries(lower, upper) for f in ordered)
-        return ((key, -neg_seq, vtype, value) for chunk in merged_chunks(self.files, lower, upper)
-                for key, neg_seq, vtype, value in chunk)
+        return (
+            (key, -neg_seq, vtype, value)
+            for chunk in merged_chunks(self.files, lower, upper)
+            for key, neg_seq, vtype, value in chunk
+        )
 
     def _disjoint_order(self) -> list[SstFile] | None:
         """The files in key order when their key ranges do not overlap (then no k-way merge is
@@ -219,8 +226,12 @@ class _Resolver:
             else:
                 vtypes = block.vtype
             # Common case, a block of distinct keys all plain puts: its pairs as they are.
-            if (self.covering is None and keys[0] != self.current and bool((vtypes == TYPE_VALUE).all())
-                    and len(set(keys)) == len(keys)):
+            if (
+                self.covering is None
+                and keys[0] != self.current
+                and bool((vtypes == TYPE_VALUE).all())
+                and len(set(keys)) == len(keys)
+            ):
                 yield from self.finish()
                 self.current = keys[-1]
                 self.settled = True
@@ -279,5 +290,6 @@ class _Resolver:
                     f"SST entry of value type {name} (0x{vtype:02x}) for key {key.hex()} at seq {-neg_seq}; "
                     "statecat reads Value, Merge, Deletion, SingleDeletion and range deletions",
                     file=", ".join(f.display for f in self.files),
-                    hint="Blob files (enable_blob_files) and wide columns are not read; Flink does not use them")
+                    hint="Blob files (enable_blob_files) and wide columns are not read; Flink does not use them",
+                )
         self.current, self.settled, self.operands, self.cover = current, settled, operands, cover

@@ -22,8 +22,11 @@ LEGACY_BLOCK_BASED_TABLE_MAGIC = 0xDB4775248B80FB57  # format_version 0 (RocksDB
 PLAIN_TABLE_MAGIC = 0x8242229663BF9564
 LEGACY_PLAIN_TABLE_MAGIC = 0x4F3418EB7A8F13B8
 CUCKOO_TABLE_MAGIC = 0x926789D0C5F17873
-OTHER_TABLE_MAGICS = {PLAIN_TABLE_MAGIC: "PlainTable", LEGACY_PLAIN_TABLE_MAGIC: "PlainTable (legacy)",
-                      CUCKOO_TABLE_MAGIC: "CuckooTable"}
+OTHER_TABLE_MAGICS = {
+    PLAIN_TABLE_MAGIC: "PlainTable",
+    LEGACY_PLAIN_TABLE_MAGIC: "PlainTable (legacy)",
+    CUCKOO_TABLE_MAGIC: "CuckooTable",
+}
 
 # format_version: 2 (varint size prefix on compressed blocks), 3 (index keys may be user keys),
 # 4 (delta-encoded index values), 5 (new Bloom filter), 6 (context checksums, index handle in the
@@ -41,15 +44,28 @@ BLOCK_TRAILER_SIZE = 5  # compression type byte + fixed32 checksum
 
 # Checksum types (table/format.h ChecksumType).
 NO_CHECKSUM, CRC32C, XXHASH, XXHASH64, XXH3 = 0, 1, 2, 3, 4
-CHECKSUM_NAMES = {NO_CHECKSUM: "kNoChecksum", CRC32C: "kCRC32c", XXHASH: "kxxHash", XXHASH64: "kxxHash64",
-                  XXH3: "kXXH3"}
+CHECKSUM_NAMES = {
+    NO_CHECKSUM: "kNoChecksum",
+    CRC32C: "kCRC32c",
+    XXHASH: "kxxHash",
+    XXHASH64: "kxxHash64",
+    XXH3: "kXXH3",
+}
 
 # Compression types (include/rocksdb/compression_type.h), the block trailer's first byte.
 NO_COMPRESSION, SNAPPY, ZLIB, BZIP2, LZ4, LZ4HC, XPRESS, ZSTD = 0, 1, 2, 3, 4, 5, 6, 7
 ZSTD_NOT_FINAL = 0x40  # ZSTD before it was declared final: same framing
-COMPRESSION_NAMES = {NO_COMPRESSION: "NoCompression", SNAPPY: "Snappy", ZLIB: "Zlib", BZIP2: "BZip2",
-                     LZ4: "LZ4", LZ4HC: "LZ4HC", XPRESS: "Xpress", ZSTD: "ZSTD",
-                     ZSTD_NOT_FINAL: "ZSTDNotFinal"}
+COMPRESSION_NAMES = {
+    NO_COMPRESSION: "NoCompression",
+    SNAPPY: "Snappy",
+    ZLIB: "Zlib",
+    BZIP2: "BZip2",
+    LZ4: "LZ4",
+    LZ4HC: "LZ4HC",
+    XPRESS: "Xpress",
+    ZSTD: "ZSTD",
+    ZSTD_NOT_FINAL: "ZSTDNotFinal",
+}
 
 # Value types of the internal key trailer (db/dbformat.h ValueType).
 TYPE_DELETION = 0x0
@@ -62,17 +78,27 @@ TYPE_DELETION_WITH_TIMESTAMP = 0x14
 TYPE_WIDE_COLUMN_ENTITY = 0x16
 TYPE_VALUE_PREFERRED_SEQNO = 0x18
 DELETION_TYPES = (TYPE_DELETION, TYPE_SINGLE_DELETION, TYPE_DELETION_WITH_TIMESTAMP)
-VALUE_TYPE_NAMES = {TYPE_DELETION: "Deletion", TYPE_VALUE: "Value", TYPE_MERGE: "Merge",
-                    TYPE_SINGLE_DELETION: "SingleDeletion", TYPE_RANGE_DELETION: "RangeDeletion",
-                    TYPE_BLOB_INDEX: "BlobIndex", TYPE_DELETION_WITH_TIMESTAMP: "DeletionWithTimestamp",
-                    TYPE_WIDE_COLUMN_ENTITY: "WideColumnEntity", TYPE_VALUE_PREFERRED_SEQNO: "ValuePreferredSeqno"}
+VALUE_TYPE_NAMES = {
+    TYPE_DELETION: "Deletion",
+    TYPE_VALUE: "Value",
+    TYPE_MERGE: "Merge",
+    TYPE_SINGLE_DELETION: "SingleDeletion",
+    TYPE_RANGE_DELETION: "RangeDeletion",
+    TYPE_BLOB_INDEX: "BlobIndex",
+    TYPE_DELETION_WITH_TIMESTAMP: "DeletionWithTimestamp",
+    TYPE_WIDE_COLUMN_ENTITY: "WideColumnEntity",
+    TYPE_VALUE_PREFERRED_SEQNO: "ValuePreferredSeqno",
+}
 INTERNAL_KEY_TRAILER = 8
 
 # Index types (BlockBasedTableOptions::IndexType), stored as a fixed32 user property.
 INDEX_BINARY_SEARCH, INDEX_HASH_SEARCH, INDEX_TWO_LEVEL, INDEX_BINARY_SEARCH_WITH_FIRST_KEY = 0, 1, 2, 3
-INDEX_TYPE_NAMES = {INDEX_BINARY_SEARCH: "kBinarySearch", INDEX_HASH_SEARCH: "kHashSearch",
-                    INDEX_TWO_LEVEL: "kTwoLevelIndexSearch",
-                    INDEX_BINARY_SEARCH_WITH_FIRST_KEY: "kBinarySearchWithFirstKey"}
+INDEX_TYPE_NAMES = {
+    INDEX_BINARY_SEARCH: "kBinarySearch",
+    INDEX_HASH_SEARCH: "kHashSearch",
+    INDEX_TWO_LEVEL: "kTwoLevelIndexSearch",
+    INDEX_BINARY_SEARCH_WITH_FIRST_KEY: "kBinarySearchWithFirstKey",
+}
 
 # Meta block names in the metaindex block.
 PROPERTIES_BLOCK = b"rocksdb.properties"
@@ -83,17 +109,37 @@ COMPRESSION_DICT_BLOCK = b"rocksdb.compression_dict"
 
 BYTEWISE_COMPARATOR = "leveldb.BytewiseComparator"
 # Table properties RocksDB stores as varint64 (table/meta_blocks.cc predefined_uint64_properties).
-UINT64_PROPERTIES = frozenset((
-    "rocksdb.original.file.number", "rocksdb.data.size", "rocksdb.index.size", "rocksdb.index.partitions",
-    "rocksdb.top-level.index.size", "rocksdb.index.key.is.user.key", "rocksdb.index.value.is.delta.encoded",
-    "rocksdb.filter.size", "rocksdb.raw.key.size", "rocksdb.raw.value.size", "rocksdb.num.data.blocks",
-    "rocksdb.num.entries", "rocksdb.num.filter_entries", "rocksdb.deleted.keys", "rocksdb.merge.operands",
-    "rocksdb.num.range-deletions", "rocksdb.format.version", "rocksdb.fixed.key.length",
-    "rocksdb.column.family.id", "rocksdb.creation.time", "rocksdb.oldest.key.time",
-    "rocksdb.file.creation.time", "rocksdb.sample_for_compression.slow.data.size",
-    "rocksdb.sample_for_compression.fast.data.size", "rocksdb.tail.start.offset",
-    "rocksdb.user.defined.timestamps.persisted", "rocksdb.newest.key.time",
-))
+UINT64_PROPERTIES = frozenset(
+    (
+        "rocksdb.original.file.number",
+        "rocksdb.data.size",
+        "rocksdb.index.size",
+        "rocksdb.index.partitions",
+        "rocksdb.top-level.index.size",
+        "rocksdb.index.key.is.user.key",
+        "rocksdb.index.value.is.delta.encoded",
+        "rocksdb.filter.size",
+        "rocksdb.raw.key.size",
+        "rocksdb.raw.value.size",
+        "rocksdb.num.data.blocks",
+        "rocksdb.num.entries",
+        "rocksdb.num.filter_entries",
+        "rocksdb.deleted.keys",
+        "rocksdb.merge.operands",
+        "rocksdb.num.range-deletions",
+        "rocksdb.format.version",
+        "rocksdb.fixed.key.length",
+        "rocksdb.column.family.id",
+        "rocksdb.creation.time",
+        "rocksdb.oldest.key.time",
+        "rocksdb.file.creation.time",
+        "rocksdb.sample_for_compression.slow.data.size",
+        "rocksdb.sample_for_compression.fast.data.size",
+        "rocksdb.tail.start.offset",
+        "rocksdb.user.defined.timestamps.persisted",
+        "rocksdb.newest.key.time",
+    )
+)
 # Fixed32 user properties written by the block-based table's own collector.
 FIXED32_PROPERTIES = frozenset(("rocksdb.block.based.table.index.type", "rocksdb.external_sst_file.version"))
 # Fixed64 user property of files made by SstFileWriter and ingested: every key's sequence number.
@@ -155,83 +201,128 @@ def parse_footer(tail: bytes, file_size: int, display: str) -> Footer:
     at = file_size - len(tail)
     if len(tail) < LEGACY_FOOTER_LENGTH:
         raise FormatError(
-            f"expected an SST footer of {FOOTER_LENGTH} bytes at the end of the file, got a file of "
-            f"{file_size} bytes", file=display, offset=0,
-            hint="The file is truncated or not an SST file; copy it again from the snapshot")
+            f"expected an SST footer of {FOOTER_LENGTH} bytes at the end of the file, got a file of {file_size} bytes",
+            file=display,
+            offset=0,
+            hint="The file is truncated or not an SST file; copy it again from the snapshot",
+        )
     (magic,) = struct.unpack_from("<Q", tail, len(tail) - MAGIC_LENGTH)
     magic_at = file_size - MAGIC_LENGTH
     if magic == LEGACY_BLOCK_BASED_TABLE_MAGIC:
         raise UnsupportedError(
             "SST file of format_version 0 (legacy block-based table magic, RocksDB < 4.6); statecat reads "
-            f"format_version {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}", file=display, offset=magic_at,
-            hint="Flink's RocksDB never writes it; compact the DB with a recent RocksDB to rewrite the file")
+            f"format_version {', '.join(map(str, SUPPORTED_FORMAT_VERSIONS))}",
+            file=display,
+            offset=magic_at,
+            hint="Flink's RocksDB never writes it; compact the DB with a recent RocksDB to rewrite the file",
+        )
     if magic in OTHER_TABLE_MAGICS:
         raise UnsupportedError(
             f"SST file in RocksDB's {OTHER_TABLE_MAGICS[magic]} format; statecat reads the block-based table "
-            "format only", file=display, offset=magic_at,
-            hint="Flink's RocksDB state backend writes block-based tables; use its default table format")
+            "format only",
+            file=display,
+            offset=magic_at,
+            hint="Flink's RocksDB state backend writes block-based tables; use its default table format",
+        )
     if magic != BLOCK_BASED_TABLE_MAGIC:
         raise FormatError(
             f"expected the block-based table magic 0x{BLOCK_BASED_TABLE_MAGIC:016x} in the last 8 bytes, "
-            f"got 0x{magic:016x}", file=display, offset=magic_at,
-            hint="The file is truncated, damaged or not an SST file; copy it again from the snapshot")
+            f"got 0x{magic:016x}",
+            file=display,
+            offset=magic_at,
+            hint="The file is truncated, damaged or not an SST file; copy it again from the snapshot",
+        )
     if len(tail) < FOOTER_LENGTH:
         raise FormatError(
             f"expected an SST footer of {FOOTER_LENGTH} bytes, got a file of {file_size} bytes",
-            file=display, offset=0, hint="The file is truncated; copy it again from the snapshot")
+            file=display,
+            offset=0,
+            hint="The file is truncated; copy it again from the snapshot",
+        )
     base = len(tail) - FOOTER_LENGTH
     footer_at = at + base
     (version,) = struct.unpack_from("<I", tail, len(tail) - MAGIC_LENGTH - 4)
     if version not in SUPPORTED_FORMAT_VERSIONS:
         raise UnsupportedError(
             f"expected an SST format_version among {SUPPORTED_FORMAT_VERSIONS}, got {version}",
-            file=display, offset=file_size - MAGIC_LENGTH - 4,
+            file=display,
+            offset=file_size - MAGIC_LENGTH - 4,
             hint="Flink's FRocksDB 6.20 and 8.10 write format_version 2 to 6; a larger number is a newer "
-                 "RocksDB, a wild one a damaged footer")
+            "RocksDB, a wild one a damaged footer",
+        )
     checksum_type = tail[base]
     if checksum_type not in CHECKSUM_NAMES:
         raise FormatError(
             f"expected a checksum type among {sorted(CHECKSUM_NAMES)} in the footer, got {checksum_type}",
-            file=display, offset=footer_at, hint="The footer is damaged; copy the file again from the snapshot")
+            file=display,
+            offset=footer_at,
+            hint="The footer is damaged; copy the file again from the snapshot",
+        )
     part2 = base + 1
     if version >= FORMAT_VERSION_6:
-        if tail[part2:part2 + 4] != EXTENDED_MAGIC:
+        if tail[part2 : part2 + 4] != EXTENDED_MAGIC:
             raise FormatError(
                 f"expected the extended footer magic {EXTENDED_MAGIC.hex()} of format_version {version}, "
-                f"got {bytes(tail[part2:part2 + 4]).hex()}", file=display, offset=footer_at + 1,
-                hint="The footer is damaged; copy the file again from the snapshot")
+                f"got {bytes(tail[part2 : part2 + 4]).hex()}",
+                file=display,
+                offset=footer_at + 1,
+                hint="The footer is damaged; copy the file again from the snapshot",
+            )
         stored, base_context, metaindex_size = struct.unpack_from("<III", tail, part2 + 4)
         (reserved,) = struct.unpack_from("<Q", tail, part2 + 32)
         if base_context == 0:
-            raise FormatError("expected a non-zero base context checksum in a format_version 6 footer, got 0",
-                              file=display, offset=footer_at + 9,
-                              hint="The footer is damaged; copy the file again from the snapshot")
+            raise FormatError(
+                "expected a non-zero base context checksum in a format_version 6 footer, got 0",
+                file=display,
+                offset=footer_at + 9,
+                hint="The footer is damaged; copy the file again from the snapshot",
+            )
         if reserved != 0:
-            raise UnsupportedError("the SST footer uses a RocksDB feature newer than format_version 6 "
-                                   "(reserved bytes set)", file=display, offset=footer_at + 33)
+            raise UnsupportedError(
+                "the SST footer uses a RocksDB feature newer than format_version 6 (reserved bytes set)",
+                file=display,
+                offset=footer_at + 33,
+            )
         if checksum_type != NO_CHECKSUM:
-            cleared = bytearray(tail[base:base + FOOTER_LENGTH])
+            cleared = bytearray(tail[base : base + FOOTER_LENGTH])
             cleared[5:9] = b"\0\0\0\0"
-            computed = (compute_checksum(checksum_type, bytes(cleared))
-                        + context_modifier(base_context, footer_at)) & 0xFFFFFFFF
+            computed = (
+                compute_checksum(checksum_type, bytes(cleared)) + context_modifier(base_context, footer_at)
+            ) & 0xFFFFFFFF
             if computed != stored:
                 raise FormatError(
                     f"footer checksum mismatch: expected 0x{stored:08x} ({CHECKSUM_NAMES[checksum_type]}), "
-                    f"got 0x{computed:08x}", file=display, offset=footer_at,
-                    hint="The footer is damaged; copy the file again from the snapshot")
+                    f"got 0x{computed:08x}",
+                    file=display,
+                    offset=footer_at,
+                    hint="The footer is damaged; copy the file again from the snapshot",
+                )
         metaindex_end = footer_at - BLOCK_TRAILER_SIZE
         if metaindex_size > metaindex_end:
-            raise FormatError(f"expected a metaindex block within the file, got a size of {metaindex_size}",
-                              file=display, offset=footer_at + 13, hint="The footer is damaged")
-        return Footer(version, checksum_type, BlockHandle(metaindex_end - metaindex_size, metaindex_size),
-                      None, base_context, footer_at)
+            raise FormatError(
+                f"expected a metaindex block within the file, got a size of {metaindex_size}",
+                file=display,
+                offset=footer_at + 13,
+                hint="The footer is damaged",
+            )
+        return Footer(
+            version,
+            checksum_type,
+            BlockHandle(metaindex_end - metaindex_size, metaindex_size),
+            None,
+            base_context,
+            footer_at,
+        )
     try:
         metaindex, pos = decode_block_handle(tail, part2, part2 + 2 * BLOCK_HANDLE_MAX_LENGTH)
         index, _ = decode_block_handle(tail, pos, part2 + 2 * BLOCK_HANDLE_MAX_LENGTH)
     except VarintError:
-        raise FormatError("expected the metaindex and index block handles in the footer, got a bad varint",
-                          file=display, offset=footer_at + 1,
-                          hint="The footer is damaged; copy the file again from the snapshot") from None
+        raise FormatError(
+            "expected the metaindex and index block handles in the footer, got a bad varint",
+            file=display,
+            offset=footer_at + 1,
+            hint="The footer is damaged; copy the file again from the snapshot",
+        ) from None
     return Footer(version, checksum_type, metaindex, index, 0, footer_at)
 
 

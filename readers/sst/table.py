@@ -56,8 +56,9 @@ class SstFile:
     files made by SstFileWriter and ingested: their keys are stored with sequence number 0 and
     RocksDB gives them all that one (``global_seqno``)."""
 
-    def __init__(self, source, display: str, size: int, *, verify_checksums: bool = True,
-                 largest_seqno: int | None = None) -> None:
+    def __init__(
+        self, source, display: str, size: int, *, verify_checksums: bool = True, largest_seqno: int | None = None
+    ) -> None:
         self.source = source
         self.display = display
         self.size = size
@@ -68,8 +69,12 @@ class SstFile:
         tail = source.read(tail_len)
         self.bytes_read += len(tail)
         if len(tail) != tail_len:
-            raise FormatError(f"expected {tail_len} bytes of footer, got {len(tail)}", file=display,
-                              offset=size - tail_len, hint="The file is shorter than its stated size; copy it again")
+            raise FormatError(
+                f"expected {tail_len} bytes of footer, got {len(tail)}",
+                file=display,
+                offset=size - tail_len,
+                hint="The file is shorter than its stated size; copy it again",
+            )
         self.footer = parse_footer(tail, size, display)
         self.format_version = self.footer.format_version
         self.checksum_type = CHECKSUM_NAMES[self.footer.checksum_type]
@@ -81,18 +86,25 @@ class SstFile:
         if comparator != BYTEWISE_COMPARATOR:
             raise UnsupportedError(
                 f"SST file ordered by comparator {comparator!r}; statecat reads files ordered by "
-                f"{BYTEWISE_COMPARATOR} (Flink's choice) only", file=display,
-                hint="User-defined timestamps and custom comparators are not read")
+                f"{BYTEWISE_COMPARATOR} (Flink's choice) only",
+                file=display,
+                hint="User-defined timestamps and custom comparators are not read",
+            )
         if COMPRESSION_DICT_BLOCK in self.metaindex:
-            raise UnsupportedError("SST file compressed with a dictionary (rocksdb.compression_dict); statecat "
-                                   "does not read dictionary compression", file=display,
-                                   offset=self.metaindex[COMPRESSION_DICT_BLOCK].offset,
-                                   hint="Turn off max_dict_bytes in the column family's compression options")
+            raise UnsupportedError(
+                "SST file compressed with a dictionary (rocksdb.compression_dict); statecat "
+                "does not read dictionary compression",
+                file=display,
+                offset=self.metaindex[COMPRESSION_DICT_BLOCK].offset,
+                hint="Turn off max_dict_bytes in the column family's compression options",
+            )
         self.index_type = self.properties.get("rocksdb.block.based.table.index.type", INDEX_BINARY_SEARCH)
         self.index_type_name = INDEX_TYPE_NAMES.get(self.index_type, str(self.index_type))
         if self.index_type not in INDEX_TYPE_NAMES:
-            raise UnsupportedError(f"SST index type {self.index_type} is unknown; statecat reads "
-                                   f"{', '.join(INDEX_TYPE_NAMES.values())}", file=display)
+            raise UnsupportedError(
+                f"SST index type {self.index_type} is unknown; statecat reads {', '.join(INDEX_TYPE_NAMES.values())}",
+                file=display,
+            )
         self._index_keys_internal = not self.properties.get("rocksdb.index.key.is.user.key", 0)
         self._index_delta = bool(self.properties.get("rocksdb.index.value.is.delta.encoded", 0))
         self._first_key = self.index_type == INDEX_BINARY_SEARCH_WITH_FIRST_KEY
@@ -101,9 +113,13 @@ class SstFile:
         elif INDEX_BLOCK in self.metaindex:
             self._index_handle = self.metaindex[INDEX_BLOCK]
         else:
-            raise FormatError(f"expected a {INDEX_BLOCK.decode()} entry in the metaindex of a format_version "
-                              f"{self.format_version} file, got none", file=display,
-                              offset=self.footer.metaindex.offset, hint=HINT_DAMAGED)
+            raise FormatError(
+                f"expected a {INDEX_BLOCK.decode()} entry in the metaindex of a format_version "
+                f"{self.format_version} file, got none",
+                file=display,
+                offset=self.footer.metaindex.offset,
+                hint=HINT_DAMAGED,
+            )
         self._top_index = None
         self._partitions: dict[BlockHandle, DecodedBlock] = {}  # the last index partitions decoded
         # Ingested external files (version >= 2): one sequence number for every key.
@@ -122,35 +138,57 @@ class SstFile:
             raise FormatError(
                 f"{what} handle overlaps the footer: expected offset + size + {BLOCK_TRAILER_SIZE} <= "
                 f"{self.footer.offset}, got {handle.offset} + {handle.size} + {BLOCK_TRAILER_SIZE} = {end}",
-                file=self.display, offset=handle.offset,
-                hint="The file is truncated or its index is damaged; copy it again from the snapshot")
+                file=self.display,
+                offset=handle.offset,
+                hint="The file is truncated or its index is damaged; copy it again from the snapshot",
+            )
         data, n = read_block_bytes(
-            self.source if source is None else source, handle, file_size=self.size, display=self.display,
-            checksum_type=self.footer.checksum_type, base_context_checksum=self.footer.base_context_checksum,
-            verify=self.verify_checksums, what=what)
+            self.source if source is None else source,
+            handle,
+            file_size=self.size,
+            display=self.display,
+            checksum_type=self.footer.checksum_type,
+            base_context_checksum=self.footer.base_context_checksum,
+            verify=self.verify_checksums,
+            what=what,
+        )
         self.bytes_read += n
         return data
 
     def _metaindex(self) -> dict[bytes, BlockHandle]:
         handle = self.footer.metaindex
-        block = decode_block(self.read_block(handle, "metaindex block"), self.display, handle.offset,
-                             key_trailer=False, what="metaindex block")
+        block = decode_block(
+            self.read_block(handle, "metaindex block"),
+            self.display,
+            handle.offset,
+            key_trailer=False,
+            what="metaindex block",
+        )
         out = {}
         raw = block.data.tobytes()
         for key, start, length in zip(block.key_list(), block.value_start.tolist(), block.value_len.tolist()):
             try:
                 out[key], _ = decode_block_handle(raw, start, start + length)
             except VarintError:
-                raise FormatError(f"expected a block handle for meta block {key!r}, got a bad varint",
-                                  file=self.display, offset=handle.offset + start, hint=HINT_DAMAGED) from None
+                raise FormatError(
+                    f"expected a block handle for meta block {key!r}, got a bad varint",
+                    file=self.display,
+                    offset=handle.offset + start,
+                    hint=HINT_DAMAGED,
+                ) from None
         return out
 
     def _properties(self) -> dict[str, int | str | bytes]:
         handle = self.metaindex.get(PROPERTIES_BLOCK) or self.metaindex.get(PROPERTIES_BLOCK_OLD)
         if handle is None:
             return {}
-        block = decode_block(self.read_block(handle, "properties block"), self.display, handle.offset,
-                             key_trailer=False, what="properties block")
+        block = decode_block(
+            self.read_block(handle, "properties block"),
+            self.display,
+            handle.offset,
+            key_trailer=False,
+            what="properties block",
+        )
         props: dict[str, int | str | bytes] = {}
         for key, value in zip(block.key_list(), block.value_list()):
             name = key.decode("utf-8", "replace")
@@ -175,8 +213,15 @@ class SstFile:
     def _decode_index(self, handle: BlockHandle, what: str) -> DecodedBlock:
         data = self.read_block(handle, what)
         mode = VALUES_DELTA_HANDLES if self._index_delta else VALUES_LENGTH_PREFIXED
-        block = decode_block(data, self.display, handle.offset, key_trailer=self._index_keys_internal,
-                             value_mode=mode, have_first_key=self._first_key, what=what)
+        block = decode_block(
+            data,
+            self.display,
+            handle.offset,
+            key_trailer=self._index_keys_internal,
+            value_mode=mode,
+            have_first_key=self._first_key,
+            what=what,
+        )
         if not self._index_delta:
             decode_index_values(block, self.display, self._first_key)
         return block
@@ -197,8 +242,10 @@ class SstFile:
     def _index_entries(self, block: DecodedBlock, lower, upper) -> list[BlockHandle]:
         """The handles of ``block``'s entries whose key range can meet [lower, upper)."""
         first, stop = self._index_range(block, lower, upper)
-        return [BlockHandle(offset, size) for offset, size in zip(block.handle_offset[first:stop].tolist(),
-                                                                  block.handle_size[first:stop].tolist())]
+        return [
+            BlockHandle(offset, size)
+            for offset, size in zip(block.handle_offset[first:stop].tolist(), block.handle_size[first:stop].tolist())
+        ]
 
     def _top(self) -> DecodedBlock:
         if self._top_index is None:
@@ -260,28 +307,35 @@ class SstFile:
             span = _Span(self.source.read(int(offsets[stop - 1] + sizes[stop - 1]) + BLOCK_TRAILER_SIZE - first), first)
             part = self._decode_span(span, offsets[start:stop], sizes[start:stop])
             if part is None:  # block by block: other compressions, and the precise error for damage
-                contents = [self.read_block(BlockHandle(offset, size), "data block", span)
-                            for offset, size in zip(offsets[start:stop].tolist(), sizes[start:stop].tolist())]
-                part = (np.frombuffer(b"".join(contents), dtype=np.uint8),
-                        np.array([len(c) for c in contents], dtype=np.int64))
+                contents = [
+                    self.read_block(BlockHandle(offset, size), "data block", span)
+                    for offset, size in zip(offsets[start:stop].tolist(), sizes[start:stop].tolist())
+                ]
+                part = (
+                    np.frombuffer(b"".join(contents), dtype=np.uint8),
+                    np.array([len(c) for c in contents], dtype=np.int64),
+                )
             parts.append(part[0])
             lengths.append(part[1])
-        block = decode_joined_blocks(parts[0] if len(parts) == 1 else np.concatenate(parts),
-                                     lengths[0] if len(lengths) == 1 else np.concatenate(lengths),
-                                     offsets.tolist(), self.display)
+        block = decode_joined_blocks(
+            parts[0] if len(parts) == 1 else np.concatenate(parts),
+            lengths[0] if len(lengths) == 1 else np.concatenate(lengths),
+            offsets.tolist(),
+            self.display,
+        )
         if self.global_seqno:
             block.seq[:] = self.global_seqno
         return block
 
-    def entries(self, lower: bytes | None = None, upper: bytes | None = None
-                ) -> Iterator[tuple[bytes, int, int, bytes]]:
+    def entries(
+        self, lower: bytes | None = None, upper: bytes | None = None
+    ) -> Iterator[tuple[bytes, int, int, bytes]]:
         """(user key, seq, value type, value) of every entry with a user key in [lower, upper),
         in internal-key order (user key ascending, then newest first)."""
         for block in self.data_blocks(lower, upper):
             yield from block_entries(block, lower, upper)
 
-    def rows(self, lower: bytes | None = None, upper: bytes | None = None
-             ) -> Iterator[tuple[bytes, int, int, bytes]]:
+    def rows(self, lower: bytes | None = None, upper: bytes | None = None) -> Iterator[tuple[bytes, int, int, bytes]]:
         """Like ``entries`` with the seq negated: tuples whose natural order is internal-key order
         (what a k-way merge of several files compares)."""
         for block in self.data_blocks(lower, upper):
@@ -292,14 +346,23 @@ class SstFile:
         handle = self.metaindex.get(RANGE_DEL_BLOCK)
         if handle is None:
             return []
-        block = decode_block(self.read_block(handle, "range deletion block"), self.display, handle.offset,
-                             key_trailer=True, what="range deletion block")
+        block = decode_block(
+            self.read_block(handle, "range deletion block"),
+            self.display,
+            handle.offset,
+            key_trailer=True,
+            what="range deletion block",
+        )
         out = []
         for i, (start, end) in enumerate(zip(block.key_list(), block.value_list())):
             if int(block.vtype[i]) != TYPE_RANGE_DELETION:
-                raise FormatError(f"expected range deletion entries (type {TYPE_RANGE_DELETION}) in the range "
-                                  f"deletion block, got type {int(block.vtype[i])} at entry {i}",
-                                  file=self.display, offset=handle.offset, hint=HINT_DAMAGED)
+                raise FormatError(
+                    f"expected range deletion entries (type {TYPE_RANGE_DELETION}) in the range "
+                    f"deletion block, got type {int(block.vtype[i])} at entry {i}",
+                    file=self.display,
+                    offset=handle.offset,
+                    hint=HINT_DAMAGED,
+                )
             out.append((start, end, self.global_seqno or int(block.seq[i])))
         return out
 
@@ -320,45 +383,63 @@ class SstFile:
         start = 0
         while start < len(handles):
             stop = start + 1
-            while (stop < len(handles) and handles[stop].offset == handles[stop - 1].offset + handles[stop - 1].size
-                   + BLOCK_TRAILER_SIZE and handles[stop].offset - handles[start].offset < SPAN_READ_BYTES):
+            while (
+                stop < len(handles)
+                and handles[stop].offset == handles[stop - 1].offset + handles[stop - 1].size + BLOCK_TRAILER_SIZE
+                and handles[stop].offset - handles[start].offset < SPAN_READ_BYTES
+            ):
                 stop += 1
             first, last = handles[start], handles[stop - 1]
             self.source.seek(first.offset)
-            yield (_Span(self.source.read(last.offset + last.size + BLOCK_TRAILER_SIZE - first.offset), first.offset),
-                   handles[start:stop])
+            yield (
+                _Span(self.source.read(last.offset + last.size + BLOCK_TRAILER_SIZE - first.offset), first.offset),
+                handles[start:stop],
+            )
             start = stop
 
-    def _decode_span(self, span: _Span, offsets: np.ndarray, sizes: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray] | None:
+    def _decode_span(self, span: _Span, offsets: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """The span's blocks (``offsets``/``sizes``: their handles) uncompressed back to back and
         their lengths, through the batched path (``decode_span_fast``); None when the span needs
         the block-by-block one."""
         ends = offsets + sizes + BLOCK_TRAILER_SIZE
         if int(ends[-1]) > self.footer.offset:  # read_block says what is wrong
             return None
-        part = decode_span_fast(span.data, span.start, offsets, sizes, checksum_type=self.footer.checksum_type,
-                                base_context_checksum=self.footer.base_context_checksum,
-                                verify=self.verify_checksums)
+        part = decode_span_fast(
+            span.data,
+            span.start,
+            offsets,
+            sizes,
+            checksum_type=self.footer.checksum_type,
+            base_context_checksum=self.footer.base_context_checksum,
+            verify=self.verify_checksums,
+        )
         if part is not None:
             self.bytes_read += int(ends[-1] - offsets[0])
         return part
 
     def _decode_data(self, handle: BlockHandle, source=None) -> DecodedBlock:
-        block = decode_block(self.read_block(handle, "data block", source), self.display, handle.offset,
-                             key_trailer=True, what="data block")
+        block = decode_block(
+            self.read_block(handle, "data block", source),
+            self.display,
+            handle.offset,
+            key_trailer=True,
+            what="data block",
+        )
         if self.global_seqno:
             block.seq[:] = self.global_seqno
         return block
 
     def __repr__(self) -> str:
-        return (f"SstFile({self.display!r}, column_family={self.column_family!r}, format_version="
-                f"{self.format_version}, checksum={self.checksum_type}, compression={self.compression!r}, "
-                f"index={self.index_type_name})")
+        return (
+            f"SstFile({self.display!r}, column_family={self.column_family!r}, format_version="
+            f"{self.format_version}, checksum={self.checksum_type}, compression={self.compression!r}, "
+            f"index={self.index_type_name})"
+        )
 
 
-def block_entries(block: DecodedBlock, lower: bytes | None, upper: bytes | None, *, negate_seq: bool = False
-                  ) -> list[tuple[bytes, int, int, bytes]]:
+def block_entries(
+    block: DecodedBlock, lower: bytes | None, upper: bytes | None, *, negate_seq: bool = False
+) -> list[tuple[bytes, int, int, bytes]]:
     """The (user key, seq, type, value) tuples of a data block restricted to [lower, upper);
     with ``negate_seq`` the seq is negated, so that plain tuple order is internal-key order."""
     keys, start, stop = block_slice(block, lower, upper)
@@ -388,9 +469,11 @@ def _span_ranges(offsets: np.ndarray, sizes: np.ndarray) -> Iterator[tuple[int, 
     breaks = (np.flatnonzero(offsets[1:] != offsets[:-1] + sizes[:-1] + BLOCK_TRAILER_SIZE) + 1).tolist()
     for start, end in zip([0, *breaks], [*breaks, n]):
         while start < end:  # offsets rise within a run of consecutive blocks
-            stop = start + 1 + int(np.searchsorted(offsets[start + 1:end], offsets[start] + SPAN_READ_BYTES))
+            stop = start + 1 + int(np.searchsorted(offsets[start + 1 : end], offsets[start] + SPAN_READ_BYTES))
             yield start, stop
             start = stop
+
+
 PARTITIONS_KEPT = 4
 
 
@@ -406,6 +489,6 @@ class _Span:
 
     def read(self, n: int) -> bytes:
         at = self.position - self.start
-        out = self.data[at:at + n] if at >= 0 else b""
+        out = self.data[at : at + n] if at >= 0 else b""
         self.position += len(out)
         return out

@@ -5,6 +5,7 @@ the same protocol: build the pipeline, submit it asynchronously, wait until the 
 has received all input (REST metrics of the local MiniCluster), stop the job with a CANONICAL
 savepoint and write {"savepoint": path, ...} as JSON to --result.
 """
+
 import argparse
 import json
 import os
@@ -20,20 +21,22 @@ from pyflink.common import Configuration
 
 def arg_parser(description):
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--work", required=True,
-                   help="scratch dir for checkpoint/savepoint storage (the caller deletes it)")
+    p.add_argument("--work", required=True, help="scratch dir for checkpoint/savepoint storage (the caller deletes it)")
     p.add_argument("--result", required=True, help="JSON file receiving the savepoint path")
     p.add_argument("--backend", choices=["hashmap", "rocksdb"], default="hashmap")
     p.add_argument("--parallelism", type=int, default=2)
     p.add_argument("--max-parallelism", type=int, default=128)
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds to wait for the input to be processed")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Flink configuration (repeatable)")
-    p.add_argument("--snapshot", choices=["canonical", "native", "checkpoint", "successive"],
-                   default="canonical",
-                   help="stop with a canonical or native savepoint, or take a retained checkpoint and cancel;"
-                        " successive: see add_phase_args")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the input to be processed")
+    p.add_argument(
+        "--conf", action="append", default=[], metavar="KEY=VALUE", help="extra Flink configuration (repeatable)"
+    )
+    p.add_argument(
+        "--snapshot",
+        choices=["canonical", "native", "checkpoint", "successive"],
+        default="canonical",
+        help="stop with a canonical or native savepoint, or take a retained checkpoint and cancel;"
+        " successive: see add_phase_args",
+    )
     add_phase_args(p)
     return p
 
@@ -43,9 +46,14 @@ def add_phase_args(p):
     (see successive()). Idempotent: job scripts may call it after arg_parser."""
     if any("--phase" in a.option_strings for a in p._actions):
         return
-    p.add_argument("--phase", action="append", default=[], metavar="STAGED_DIR:RECORDS",
-                   help="successive snapshots: a directory moved into --input when its phase "
-                        "starts, and the records of all phases up to it")
+    p.add_argument(
+        "--phase",
+        action="append",
+        default=[],
+        metavar="STAGED_DIR:RECORDS",
+        help="successive snapshots: a directory moved into --input when its phase "
+        "starts, and the records of all phases up to it",
+    )
 
 
 def free_port():
@@ -72,6 +80,7 @@ def free_port():
 
 def flink_version():
     from importlib.metadata import version
+
     return version("apache-flink")
 
 
@@ -85,8 +94,10 @@ def make_config(args, rest_port):
     # Thread mode embeds CPython in the JVM (pemja); that interpreter only sees the venv's
     # packages through PYTHONPATH, which the gateway JVM (started by Configuration()) inherits.
     import site
+
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        site.getsitepackages() + [p for p in [os.environ.get("PYTHONPATH")] if p])
+        site.getsitepackages() + [p for p in [os.environ.get("PYTHONPATH")] if p]
+    )
     work = os.path.abspath(args.work)
     ckpt = "file://" + os.path.join(work, "checkpoints")
     spt = "file://" + os.path.join(work, "savepoints")
@@ -109,11 +120,13 @@ def make_config(args, rest_port):
         "io.tmp.dirs": os.path.join(work, "io"),
     }
     if flink_version().startswith("1."):
-        conf.update({
-            "state.backend": args.backend,
-            "state.checkpoints.dir": ckpt,
-            "state.savepoints.dir": spt,
-        })
+        conf.update(
+            {
+                "state.backend": args.backend,
+                "state.checkpoints.dir": ckpt,
+                "state.savepoints.dir": spt,
+            }
+        )
     if getattr(args, "snapshot", "canonical") == "checkpoint":
         # Only the checkpoint triggered through REST is taken, and it outlives the cancelled job.
         conf["execution.checkpointing.interval"] = "1h"
@@ -160,8 +173,12 @@ class Rest:
             raise
 
     def post(self, path, body):
-        request = urllib.request.Request(self.base + path, data=json.dumps(body).encode(),
-                                         headers={"Content-Type": "application/json"}, method="POST")
+        request = urllib.request.Request(
+            self.base + path,
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
         with urllib.request.urlopen(request, timeout=10) as r:
             return json.loads(r.read())
 
@@ -178,8 +195,7 @@ class Rest:
 
     def vertex_metric(self, vid, metric):
         """{"min", "max", "sum"} of a metric over the vertex's subtasks, or None if unknown."""
-        rows = self.get(f"/jobs/{self.job_id}/vertices/{vid}/subtasks/metrics"
-                        f"?get={metric}&agg=min,max,sum")
+        rows = self.get(f"/jobs/{self.job_id}/vertices/{vid}/subtasks/metrics?get={metric}&agg=min,max,sum")
         return {k: int(float(rows[0][k])) for k in ("min", "max", "sum")} if rows else None
 
 
@@ -209,6 +225,7 @@ def wait_for_records(rest, targets, timeout):
     """targets: list of (vertex name substring, metric, expected value). A counter
     (numRecordsIn) must reach the value summed over subtasks; anything else (a watermark) must
     equal it on every subtask. Fails fast if the job dies or a counter overshoots."""
+
     def cond():
         status = rest.job()["state"]
         if status in ("FAILED", "CANCELED", "FINISHED"):
@@ -227,6 +244,7 @@ def wait_for_records(rest, targets, timeout):
             elif not m["min"] == m["max"] == want:
                 return seen
         return True
+
     wait_until(cond, timeout, "all input to reach the stateful operators")
 
 
@@ -235,6 +253,7 @@ def stop_with_savepoint(job_client, target_dir, fmt_name="CANONICAL", timeout=30
     overload to pin the format. advanceToEndOfEventTime=False: a MAX_WATERMARK would fire (and
     clear) every window and event timer before the snapshot."""
     from pyflink.java_gateway import get_gateway
+
     jvm = get_gateway().jvm
     fmt = getattr(jvm.org.apache.flink.core.execution.SavepointFormatType, fmt_name)
     fut = job_client._j_job_client.stopWithSavepoint(False, target_dir, fmt)
@@ -261,6 +280,7 @@ def trigger_checkpoint(rest, timeout=300):
         if "failure-cause" in status.get("operation", {}):
             raise RuntimeError(f"checkpoint failed: {status['operation']['failure-cause']}")
         return True
+
     wait_until(completed, timeout, "the triggered checkpoint to complete")
     return status["operation"]["checkpointId"]
 
@@ -269,6 +289,7 @@ def trigger_savepoint(job_client, target_dir, fmt_name="CANONICAL", timeout=300)
     """A savepoint of the running job (it keeps running), through the Java JobClient to pin
     the format; returns the savepoint's path."""
     from pyflink.java_gateway import get_gateway
+
     jvm = get_gateway().jvm
     fmt = getattr(jvm.org.apache.flink.core.execution.SavepointFormatType, fmt_name)
     fut = job_client._j_job_client.triggerSavepoint(target_dir, fmt)
@@ -292,9 +313,14 @@ def successive(args, rest, job_client, targets):
         wait_for_records(rest, [(n, m, int(records)) for n, m, _ in targets], args.timeout)
         checkpoint_id = trigger_checkpoint(rest)
         savepoint = trigger_savepoint(job_client, "file://" + os.path.join(work, "savepoints", name))
-        phases.append({"phase": name, "checkpoint_id": checkpoint_id,
-                       "checkpoint": os.path.join(work, "checkpoints", job_id, f"chk-{checkpoint_id}"),
-                       "savepoint": savepoint[len("file:"):] if savepoint.startswith("file:") else savepoint})
+        phases.append(
+            {
+                "phase": name,
+                "checkpoint_id": checkpoint_id,
+                "checkpoint": os.path.join(work, "checkpoints", job_id, f"chk-{checkpoint_id}"),
+                "savepoint": savepoint[len("file:") :] if savepoint.startswith("file:") else savepoint,
+            }
+        )
     job_client.cancel().result()
     with open(args.result, "w") as f:
         json.dump({"job_id": job_id, "phases": phases}, f)
@@ -309,9 +335,10 @@ def finish(args, rest, job_client, targets):
     if args.snapshot == "checkpoint":
         path = retained_checkpoint(rest, job_client, args.work)
     else:
-        path = stop_with_savepoint(job_client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"),
-                                   args.snapshot.upper())
+        path = stop_with_savepoint(
+            job_client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"), args.snapshot.upper()
+        )
     if path.startswith("file:"):
-        path = path[len("file:"):]
+        path = path[len("file:") :]
     with open(args.result, "w") as f:
         json.dump({"savepoint": path, "job_id": str(job_client.get_job_id())}, f)

@@ -9,6 +9,7 @@ Operator state in the savepoint: the broadcast state `rules` of every subtask, a
 FileSource state: `SourceReaderState` per reader subtask and the enumerator (coordinator) state
 with the paths it has already processed.
 """
+
 from pyflink.common import Duration, Types, WatermarkStrategy
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
@@ -32,8 +33,11 @@ class ApplyRules(BroadcastProcessFunction):
 
 
 def lines(env, path, uid):
-    src = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), path)
-           .monitor_continuously(Duration.of_seconds(1)).build())
+    src = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), path)
+        .monitor_continuously(Duration.of_seconds(1))
+        .build()
+    )
     return env.from_source(src, WatermarkStrategy.no_watermarks(), uid).uid(uid)
 
 
@@ -41,9 +45,12 @@ def main():
     p = _common.arg_parser(__doc__)
     p.add_argument("--main", required=True, help="directory of main lines")
     p.add_argument("--rules", required=True, help="directory of rule lines")
-    p.add_argument("--records", type=int, required=True,
-                   help="records the broadcast operator receives in total (main lines plus "
-                        "rule lines times parallelism)")
+    p.add_argument(
+        "--records",
+        type=int,
+        required=True,
+        help="records the broadcast operator receives in total (main lines plus rule lines times parallelism)",
+    )
     p.add_argument("--mode", choices=["process", "thread"], default="process")
     args = p.parse_args()
     args.conf.append(f"python.execution-mode={args.mode}")
@@ -51,8 +58,13 @@ def main():
     port = _common.free_port()
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))
     rules = lines(env, args.rules, "rules-src").broadcast(RULES)
-    (lines(env, args.main, "main-src").connect(rules)
-        .process(ApplyRules(), output_type=Types.STRING()).uid("bcast-fn").name("Broadcast Fn"))
+    (
+        lines(env, args.main, "main-src")
+        .connect(rules)
+        .process(ApplyRules(), output_type=Types.STRING())
+        .uid("bcast-fn")
+        .name("Broadcast Fn")
+    )
     client = env.execute_async("datastream_broadcast")
     rest = _common.Rest(port, str(client.get_job_id()))
     _common.finish(args, rest, client, [("Broadcast Fn", "numRecordsIn", args.records)])

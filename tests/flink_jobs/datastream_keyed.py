@@ -16,6 +16,7 @@ Operator uid "keyed-fn", name "My Keyed Fn", keyed by the String key. Per record
 `--mode process|thread` selects python.execution-mode; state names/serializers differ
 (see tests/fixtures/README.md).
 """
+
 from pyflink.common import Duration, Types, WatermarkStrategy
 from pyflink.datastream import StreamExecutionEnvironment
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
@@ -52,12 +53,11 @@ class AllStates(KeyedProcessFunction):
     def open(self, ctx: RuntimeContext):
         self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
         self.items = ctx.get_list_state(ListStateDescriptor("items", Types.STRING()))
-        self.per_tag = ctx.get_map_state(
-            MapStateDescriptor("per_tag", Types.STRING(), Types.LONG()))
-        self.max_v = ctx.get_reducing_state(
-            ReducingStateDescriptor("max_v", lambda a, b: max(a, b), Types.LONG()))
-        self.avg = ctx.get_aggregating_state(AggregatingStateDescriptor(
-            "avg", Avg(), Types.TUPLE([Types.LONG(), Types.LONG()])))
+        self.per_tag = ctx.get_map_state(MapStateDescriptor("per_tag", Types.STRING(), Types.LONG()))
+        self.max_v = ctx.get_reducing_state(ReducingStateDescriptor("max_v", lambda a, b: max(a, b), Types.LONG()))
+        self.avg = ctx.get_aggregating_state(
+            AggregatingStateDescriptor("avg", Avg(), Types.TUPLE([Types.LONG(), Types.LONG()]))
+        )
         self.info = ctx.get_state(ValueStateDescriptor("info", Types.PICKLED_BYTE_ARRAY()))
 
     def process_element(self, value, ctx):
@@ -100,13 +100,22 @@ def main():
 
     port = _common.free_port()
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))
-    source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
-              .monitor_continuously(Duration.of_seconds(1)).build())
-    (env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").uid("lines")
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
+        .monitor_continuously(Duration.of_seconds(1))
+        .build()
+    )
+    (
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
+        .uid("lines")
         .map(parse, output_type=Types.TUPLE([Types.STRING(), Types.LONG(), Types.STRING()]))
-        .uid("parse").name("parse")
+        .uid("parse")
+        .name("parse")
         .key_by(lambda r: r[0], key_type=Types.STRING())
-        .process(AllStates(), output_type=Types.STRING()).uid("keyed-fn").name("My Keyed Fn"))
+        .process(AllStates(), output_type=Types.STRING())
+        .uid("keyed-fn")
+        .name("My Keyed Fn")
+    )
     client = env.execute_async("datastream_keyed")
     rest = _common.Rest(port, str(client.get_job_id()))
     _common.finish(args, rest, client, [("My Keyed Fn", "numRecordsIn", args.records)])

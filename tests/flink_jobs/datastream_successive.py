@@ -19,6 +19,7 @@ so each phase's directory appears under it as a whole). Operator uid "keyed-fn",
 The job then follows the successive protocol of _common.successive: after each phase a
 retained incremental RocksDB checkpoint and a canonical savepoint, the job keeps running.
 """
+
 from pyflink.common import Duration, Types, WatermarkStrategy
 from pyflink.common.time import Time
 from pyflink.datastream import StreamExecutionEnvironment
@@ -47,16 +48,15 @@ class Successive(KeyedProcessFunction):
     def open(self, ctx: RuntimeContext):
         self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
         self.items = ctx.get_list_state(ListStateDescriptor("items", Types.STRING()))
-        self.per_tag = ctx.get_map_state(
-            MapStateDescriptor("per_tag", Types.STRING(), Types.LONG()))
-        self.max_v = ctx.get_reducing_state(
-            ReducingStateDescriptor("max_v", lambda a, b: max(a, b), Types.LONG()))
+        self.per_tag = ctx.get_map_state(MapStateDescriptor("per_tag", Types.STRING(), Types.LONG()))
+        self.max_v = ctx.get_reducing_state(ReducingStateDescriptor("max_v", lambda a, b: max(a, b), Types.LONG()))
         last_tag = ValueStateDescriptor("last_tag", Types.STRING())
         last_tag.enable_time_to_live(
             StateTtlConfig.new_builder(Time.days(TTL_DAYS))
             .set_update_type(StateTtlConfig.UpdateType.OnCreateAndWrite)
             .set_state_visibility(StateTtlConfig.StateVisibility.NeverReturnExpired)
-            .build())
+            .build()
+        )
         self.last_tag = ctx.get_state(last_tag)
 
     def process_element(self, value, ctx):
@@ -88,8 +88,9 @@ def parse(line):
 
 def main():
     p = _common.arg_parser(__doc__)
-    p.add_argument("--input", required=True,
-                   help="monitored directory; each --phase directory is moved into it in turn")
+    p.add_argument(
+        "--input", required=True, help="monitored directory; each --phase directory is moved into it in turn"
+    )
     args = p.parse_args()
     if args.snapshot != "successive" or not args.phase:
         p.error("this job runs the successive protocol: --snapshot successive --phase ...")
@@ -100,14 +101,22 @@ def main():
 
     port = _common.free_port()
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))
-    source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
-              .monitor_continuously(Duration.of_seconds(1)).build())
-    (env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").uid("lines")
-        .map(parse, output_type=Types.TUPLE([Types.STRING(), Types.LONG(), Types.STRING(),
-                                             Types.STRING()]))
-        .uid("parse").name("parse")
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
+        .monitor_continuously(Duration.of_seconds(1))
+        .build()
+    )
+    (
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
+        .uid("lines")
+        .map(parse, output_type=Types.TUPLE([Types.STRING(), Types.LONG(), Types.STRING(), Types.STRING()]))
+        .uid("parse")
+        .name("parse")
         .key_by(lambda r: r[0], key_type=Types.STRING())
-        .process(Successive(), output_type=Types.STRING()).uid("keyed-fn").name("My Keyed Fn"))
+        .process(Successive(), output_type=Types.STRING())
+        .uid("keyed-fn")
+        .name("My Keyed Fn")
+    )
     client = env.execute_async("datastream_successive")
     rest = _common.Rest(port, str(client.get_job_id()))
     # the counts come from each --phase (cumulative records)

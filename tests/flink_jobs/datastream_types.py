@@ -15,6 +15,7 @@ exception each raised): BIG_INT, SQL_DATE, SQL_TIME, SQL_TIMESTAMP, INSTANT, LOC
 LOCAL_TIME, LOCAL_DATE_TIME, PRIMITIVE_ARRAY(*), BASIC_ARRAY(*), OBJECT_ARRAY of a basic type and
 LIST(*) as a ValueState type.
 """
+
 from decimal import Decimal
 
 from pyflink.common import Duration, Row, Types, WatermarkStrategy
@@ -28,10 +29,23 @@ import _common
 
 def parse(line):
     (k, b, i8, i16, i32, i64, f32, f64, ch, s, dec, name, score, mk, ms) = line.split("\t")
-    return {"k": int(k), "b": b == "1", "i8": int(i8), "i16": int(i16), "i32": int(i32),
-            "i64": int(i64), "f32": float(f32), "f64": float(f64), "ch": ch, "s": s,
-            "dec": Decimal(dec), "name": name, "score": float(score) if score else None,
-            "mk": int(mk), "ms": ms or None}
+    return {
+        "k": int(k),
+        "b": b == "1",
+        "i8": int(i8),
+        "i16": int(i16),
+        "i32": int(i32),
+        "i64": int(i64),
+        "f32": float(f32),
+        "f64": float(f64),
+        "ch": ch,
+        "s": s,
+        "dec": Decimal(dec),
+        "name": name,
+        "score": float(score) if score else None,
+        "mk": int(mk),
+        "ms": ms or None,
+    }
 
 
 # (state name, declared type, value of a parsed record r). Every Row / tuple / map built here is
@@ -49,23 +63,29 @@ VALUE_STATES = [
     ("v_big_dec", Types.BIG_DEC(), lambda r: r["dec"]),
     ("v_tuple", Types.TUPLE([Types.INT(), Types.STRING()]), lambda r: (r["i32"], r["ms"])),
     ("v_row", Types.ROW([Types.INT(), Types.STRING()]), lambda r: Row(r["i16"], r["ms"])),
-    ("v_row_named", Types.ROW_NAMED(["name", "score"], [Types.STRING(), Types.DOUBLE()]),
-     lambda r: Row(name=r["name"], score=r["score"])),
-    ("v_map", Types.MAP(Types.STRING(), Types.INT()),
-     lambda r: {"i8": r["i8"], "i16": r["i16"] if r["b"] else None}),
-    ("v_object_array", Types.OBJECT_ARRAY(Types.ROW([Types.INT(), Types.STRING()])),
-     lambda r: (Row(r["i8"], r["name"]), None, Row(r["i32"], r["ms"]))),
+    (
+        "v_row_named",
+        Types.ROW_NAMED(["name", "score"], [Types.STRING(), Types.DOUBLE()]),
+        lambda r: Row(name=r["name"], score=r["score"]),
+    ),
+    ("v_map", Types.MAP(Types.STRING(), Types.INT()), lambda r: {"i8": r["i8"], "i16": r["i16"] if r["b"] else None}),
+    (
+        "v_object_array",
+        Types.OBJECT_ARRAY(Types.ROW([Types.INT(), Types.STRING()])),
+        lambda r: (Row(r["i8"], r["name"]), None, Row(r["i32"], r["ms"])),
+    ),
 ]
 
 
 class TypedStates(KeyedProcessFunction):
     def open(self, ctx: RuntimeContext):
-        self.values = [(ctx.get_state(ValueStateDescriptor(name, t)), fn)
-                       for name, t, fn in VALUE_STATES]
-        self.named_rows = ctx.get_list_state(ListStateDescriptor(
-            "named_rows", Types.ROW_NAMED(["name", "score"], [Types.STRING(), Types.DOUBLE()])))
-        self.rows_by_long = ctx.get_map_state(MapStateDescriptor(
-            "rows_by_long", Types.LONG(), Types.ROW([Types.INT(), Types.STRING()])))
+        self.values = [(ctx.get_state(ValueStateDescriptor(name, t)), fn) for name, t, fn in VALUE_STATES]
+        self.named_rows = ctx.get_list_state(
+            ListStateDescriptor("named_rows", Types.ROW_NAMED(["name", "score"], [Types.STRING(), Types.DOUBLE()]))
+        )
+        self.rows_by_long = ctx.get_map_state(
+            MapStateDescriptor("rows_by_long", Types.LONG(), Types.ROW([Types.INT(), Types.STRING()]))
+        )
 
     def process_element(self, line, ctx):
         r = parse(line)
@@ -96,17 +116,32 @@ def main():
 
     port = _common.free_port()
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))
-    source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
-              .monitor_continuously(Duration.of_seconds(1)).build())
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
+        .monitor_continuously(Duration.of_seconds(1))
+        .build()
+    )
     lines = env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").uid("lines")
-    (lines.key_by(lambda line: int(line.split("\t")[0]), key_type=Types.INT())
-        .process(TypedStates(), output_type=Types.INT()).uid("types-fn").name("Types Fn"))
-    (lines.key_by(lambda line: int(line.split("\t")[5]), key_type=Types.LONG())
-        .process(Count(), output_type=Types.LONG()).uid("long-keyed-fn").name("Long Keyed Fn"))
+    (
+        lines.key_by(lambda line: int(line.split("\t")[0]), key_type=Types.INT())
+        .process(TypedStates(), output_type=Types.INT())
+        .uid("types-fn")
+        .name("Types Fn")
+    )
+    (
+        lines.key_by(lambda line: int(line.split("\t")[5]), key_type=Types.LONG())
+        .process(Count(), output_type=Types.LONG())
+        .uid("long-keyed-fn")
+        .name("Long Keyed Fn")
+    )
     client = env.execute_async("datastream_types")
     rest = _common.Rest(port, str(client.get_job_id()))
-    _common.finish(args, rest, client, [("Types Fn", "numRecordsIn", args.records),
-                                        ("Long Keyed Fn", "numRecordsIn", args.records)])
+    _common.finish(
+        args,
+        rest,
+        client,
+        [("Types Fn", "numRecordsIn", args.records), ("Long Keyed Fn", "numRecordsIn", args.records)],
+    )
 
 
 if __name__ == "__main__":

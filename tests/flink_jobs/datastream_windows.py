@@ -23,6 +23,7 @@ Three window operators, keyed by k as Types.INT():
 The job waits until every window operator received all records and "Tumble Agg" saw the final
 watermark, so exactly the event-time windows with max timestamp > watermark are still open.
 """
+
 from pyflink.common import Duration, Time, Types, WatermarkStrategy
 from pyflink.common.watermark_strategy import TimestampAssigner
 from pyflink.datastream import StreamExecutionEnvironment
@@ -69,8 +70,9 @@ def main():
     p.add_argument("--global-count", type=int, required=True)
     p.add_argument("--final-watermark", type=int, required=True)
     p.add_argument("--mode", choices=["process", "thread"], default="thread")
-    p.add_argument("--count-window", action="store_true",
-                   help="add the count_window operator (its savepoint fails in thread mode)")
+    p.add_argument(
+        "--count-window", action="store_true", help="add the count_window operator (its savepoint fails in thread mode)"
+    )
     args = p.parse_args()
     args.conf.append(f"python.execution-mode={args.mode}")
     # as datastream_keyed.py: each record's timers reach the Java timer service before the next
@@ -79,38 +81,63 @@ def main():
     port = _common.free_port()
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))
     env.set_parallelism(1)
-    source = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
-              .monitor_continuously(Duration.of_seconds(1)).build())
-    wm = (WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(args.delay_s))
-          .with_timestamp_assigner(EventTs()))
-    events = (env.from_source(source, WatermarkStrategy.no_watermarks(), "lines").uid("lines")
-              .map(parse, output_type=EVENT).uid("parse").name("parse")
-              .assign_timestamps_and_watermarks(wm).uid("timestamps").name("timestamps"))
-    (events.key_by(lambda e: e[0], key_type=Types.INT())
+    source = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
+        .monitor_continuously(Duration.of_seconds(1))
+        .build()
+    )
+    wm = WatermarkStrategy.for_bounded_out_of_orderness(Duration.of_seconds(args.delay_s)).with_timestamp_assigner(
+        EventTs()
+    )
+    events = (
+        env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
+        .uid("lines")
+        .map(parse, output_type=EVENT)
+        .uid("parse")
+        .name("parse")
+        .assign_timestamps_and_watermarks(wm)
+        .uid("timestamps")
+        .name("timestamps")
+    )
+    (
+        events.key_by(lambda e: e[0], key_type=Types.INT())
         .window(TumblingEventTimeWindows.of(Time.seconds(args.window_s)))
         .aggregate(SumV(), accumulator_type=Types.LONG(), output_type=Types.LONG())
-        .uid("tumble-agg").name("Tumble Agg")
-        .set_parallelism(args.parallelism))
+        .uid("tumble-agg")
+        .name("Tumble Agg")
+        .set_parallelism(args.parallelism)
+    )
     if args.count_window:
-        (events.key_by(lambda e: e[0], key_type=Types.INT())
+        (
+            events.key_by(lambda e: e[0], key_type=Types.INT())
             .count_window(args.count_size)
             .aggregate(SumV(), accumulator_type=Types.LONG(), output_type=Types.LONG())
-            .uid("count-agg").name("Count Agg")
-            .set_parallelism(args.parallelism))
-    (events.key_by(lambda e: e[0], key_type=Types.INT())
+            .uid("count-agg")
+            .name("Count Agg")
+            .set_parallelism(args.parallelism)
+        )
+    (
+        events.key_by(lambda e: e[0], key_type=Types.INT())
         .window(GlobalWindows.create())
         .trigger(PurgingTrigger.of(CountTrigger.of(args.global_count)))
         .reduce(lambda a, b: (a[0], a[1] + b[1], max(a[2], b[2])), output_type=EVENT)
-        .uid("global-reduce").name("Global Reduce")
-        .set_parallelism(args.parallelism))
+        .uid("global-reduce")
+        .name("Global Reduce")
+        .set_parallelism(args.parallelism)
+    )
     client = env.execute_async("datastream_windows")
     rest = _common.Rest(port, str(client.get_job_id()))
-    _common.finish(args, rest, client, [
-        ("Tumble Agg", "numRecordsIn", args.records),
-        *([("Count Agg", "numRecordsIn", args.records)] if args.count_window else []),
-        ("Global Reduce", "numRecordsIn", args.records),
-        ("Tumble Agg", "currentInputWatermark", args.final_watermark),
-    ])
+    _common.finish(
+        args,
+        rest,
+        client,
+        [
+            ("Tumble Agg", "numRecordsIn", args.records),
+            *([("Count Agg", "numRecordsIn", args.records)] if args.count_window else []),
+            ("Global Reduce", "numRecordsIn", args.records),
+            ("Tumble Agg", "currentInputWatermark", args.final_watermark),
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ keeps each source reading slowly; the job is stopped with a canonical savepoint 
 counters passed --min-records. The keyed counts in the savepoint are, by the barrier's
 consistency, the records each source had emitted when its reader position was snapshotted.
 """
+
 import json
 import os
 import time
@@ -65,27 +66,44 @@ def main():
     p.add_argument("--min-records", type=int, default=800)
     args = p.parse_args()
     args.parallelism = 1
-    args.conf += ["python.execution-mode=thread",
-                  # small network buffers: few records wait between the source and the counters
-                  "taskmanager.memory.segment-size=4kb",
-                  "taskmanager.network.memory.buffers-per-channel=1",
-                  "taskmanager.network.memory.floating-buffers-per-gate=1"]
+    args.conf += [
+        "python.execution-mode=thread",
+        # small network buffers: few records wait between the source and the counters
+        "taskmanager.memory.segment-size=4kb",
+        "taskmanager.network.memory.buffers-per-channel=1",
+        "taskmanager.network.memory.floating-buffers-per-gate=1",
+    ]
     port = _common.free_port()
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))
     pause = args.throttle_ms / 1000.0
 
-    files = (FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
-             .monitor_continuously(Duration.of_seconds(1)).build())
-    (env.from_source(files, WatermarkStrategy.no_watermarks(), "lines").uid("file-src")
-        .map(Throttle(pause), output_type=Types.STRING()).uid("file-throttle")
+    files = (
+        FileSource.for_record_stream_format(StreamFormat.text_line_format(), args.input)
+        .monitor_continuously(Duration.of_seconds(1))
+        .build()
+    )
+    (
+        env.from_source(files, WatermarkStrategy.no_watermarks(), "lines")
+        .uid("file-src")
+        .map(Throttle(pause), output_type=Types.STRING())
+        .uid("file-throttle")
         .key_by(lambda line: "all", key_type=Types.STRING())
-        .process(CountLines(), output_type=Types.STRING()).uid("file-count").name("File Count"))
+        .process(CountLines(), output_type=Types.STRING())
+        .uid("file-count")
+        .name("File Count")
+    )
 
     numbers = NumberSequenceSource(0, args.numbers - 1)
-    (env.from_source(numbers, WatermarkStrategy.no_watermarks(), "numbers").uid("number-src")
-        .map(Throttle(pause), output_type=Types.LONG()).uid("number-throttle")
+    (
+        env.from_source(numbers, WatermarkStrategy.no_watermarks(), "numbers")
+        .uid("number-src")
+        .map(Throttle(pause), output_type=Types.LONG())
+        .uid("number-throttle")
         .key_by(lambda n: "all", key_type=Types.STRING())
-        .process(CountNumbers(), output_type=Types.LONG()).uid("number-count").name("Number Count"))
+        .process(CountNumbers(), output_type=Types.LONG())
+        .uid("number-count")
+        .name("Number Count")
+    )
 
     client = env.execute_async("source_positions")
     rest = _common.Rest(port, str(client.get_job_id()))
@@ -99,11 +117,11 @@ def main():
             if m is None or m["sum"] < args.min_records:
                 return seen + [(name, m)]
         return True
+
     _common.wait_until(far_enough, args.timeout, f"both counters to pass {args.min_records} records")
-    path = _common.stop_with_savepoint(
-        client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"))
+    path = _common.stop_with_savepoint(client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"))
     if path.startswith("file:"):
-        path = path[len("file:"):]
+        path = path[len("file:") :]
     with open(args.result, "w") as f:
         json.dump({"savepoint": path, "job_id": str(client.get_job_id())}, f)
 

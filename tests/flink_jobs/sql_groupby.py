@@ -4,6 +4,7 @@ State: one GroupAggregate operator, keyed by `word`, ValueState `accState` (RowD
 accumulators). The source keeps running (directory monitoring), so the job can be stopped with
 a savepoint once the aggregate has received every input row.
 """
+
 import os
 
 from pyflink.datastream import StreamExecutionEnvironment
@@ -33,7 +34,8 @@ def main():
         CREATE TABLE snk (word STRING, cnt BIGINT, total BIGINT)
         WITH ('connector' = 'blackhole')""")
     result = t_env.execute_sql(
-        "INSERT INTO snk SELECT word, COUNT(*) AS cnt, SUM(amount) AS total FROM src GROUP BY word")
+        "INSERT INTO snk SELECT word, COUNT(*) AS cnt, SUM(amount) AS total FROM src GROUP BY word"
+    )
     client = result.get_job_client()
     rest = _common.Rest(port, str(client.get_job_id()))
     _common.finish(args, rest, client, [("GroupAggregate", "numRecordsIn", args.records)])

@@ -6,6 +6,7 @@
 two different state layouts (see tests/fixtures/README.md): `left-records` MapState<row, count>
 and `right-records` MapState<unique key row, row>.
 """
+
 import os
 
 from pyflink.datastream import StreamExecutionEnvironment
@@ -25,8 +26,9 @@ def main():
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))
     t_env = StreamTableEnvironment.create(env)
     for name, cols, path in (
-            ("a", "k STRING, id BIGINT, va BIGINT", args.input_a),
-            ("b", "k STRING, id BIGINT, vb STRING, PRIMARY KEY (id) NOT ENFORCED", args.input_b)):
+        ("a", "k STRING, id BIGINT, va BIGINT", args.input_a),
+        ("b", "k STRING, id BIGINT, vb STRING, PRIMARY KEY (id) NOT ENFORCED", args.input_b),
+    ):
         t_env.execute_sql(f"""
             CREATE TABLE {name} ({cols}) WITH (
               'connector' = 'filesystem',
@@ -37,8 +39,7 @@ def main():
     t_env.execute_sql("""
         CREATE TABLE snk (k STRING, a_id BIGINT, va BIGINT, b_id BIGINT, vb STRING)
         WITH ('connector' = 'blackhole')""")
-    result = t_env.execute_sql(
-        "INSERT INTO snk SELECT a.k, a.id, a.va, b.id, b.vb FROM a JOIN b ON a.k = b.k")
+    result = t_env.execute_sql("INSERT INTO snk SELECT a.k, a.id, a.va, b.id, b.vb FROM a JOIN b ON a.k = b.k")
     client = result.get_job_client()
     rest = _common.Rest(port, str(client.get_job_id()))
     _common.finish(args, rest, client, [("Join", "numRecordsIn", args.records)])

@@ -12,6 +12,7 @@ Two-field join key (k1 STRING, k2 INT): the keys are RowData of two fields. `a` 
 key: `left-records` MapState<RowData record, Integer count>; b's unique key is the join key:
 `right-records` ValueState<RowData record>. table.local-time-zone = UTC.
 """
+
 import os
 
 from pyflink.datastream import StreamExecutionEnvironment
@@ -19,9 +20,11 @@ from pyflink.table import ExplainDetail, StreamTableEnvironment
 
 import _common
 
-A_SRC = ("k1 STRING, k2 INT, id BIGINT, s STRING, flag BOOLEAN, t8 INT, t16 INT, i INT, "
-         "n BIGINT, x DOUBLE, d2 STRING, d10 STRING, dy STRING, t0 STRING, t3 STRING, "
-         "ts3 STRING, ts9 STRING, ms BIGINT, ts6 STRING, nm STRING")
+A_SRC = (
+    "k1 STRING, k2 INT, id BIGINT, s STRING, flag BOOLEAN, t8 INT, t16 INT, i INT, "
+    "n BIGINT, x DOUBLE, d2 STRING, d10 STRING, dy STRING, t0 STRING, t3 STRING, "
+    "ts3 STRING, ts9 STRING, ms BIGINT, ts6 STRING, nm STRING"
+)
 
 # (column, SQL type, expression over a_src); the generator (SqlTypes) mirrors this table.
 COLUMNS = [
@@ -50,18 +53,17 @@ COLUMNS = [
     ("c_arr_str", "ARRAY<STRING>", "ARRAY[k1, s]"),
     ("c_map", "MAP<STRING, INT>", "MAP['i', i, 'none', CAST(NULL AS INT)]"),
     ("c_row", "ROW<a INT, b STRING>", "CAST(ROW(i, s) AS ROW<a INT, b STRING>)"),
-    ("c_row_arr", "ROW<n INT, tags ARRAY<STRING>>",
-     "CAST(ROW(t16, ARRAY[s, k1]) AS ROW<n INT, tags ARRAY<STRING>>)"),
+    ("c_row_arr", "ROW<n INT, tags ARRAY<STRING>>", "CAST(ROW(t16, ARRAY[s, k1]) AS ROW<n INT, tags ARRAY<STRING>>)"),
 ]
 
 
 def view_sql():
     cols = []
     for pos, (name, sql_type, expr) in enumerate(COLUMNS):
-        cols.append(f"CASE WHEN SUBSTRING(nm, {pos + 1}, 1) = '1' THEN CAST(NULL AS {sql_type}) "
-                    f"ELSE {expr} END AS {name}")
-    return "CREATE TEMPORARY VIEW a AS SELECT k1, k2, id,\n  " + ",\n  ".join(cols) + \
-        "\nFROM a_src"
+        cols.append(
+            f"CASE WHEN SUBSTRING(nm, {pos + 1}, 1) = '1' THEN CAST(NULL AS {sql_type}) ELSE {expr} END AS {name}"
+        )
+    return "CREATE TEMPORARY VIEW a AS SELECT k1, k2, id,\n  " + ",\n  ".join(cols) + "\nFROM a_src"
 
 
 def main():
@@ -77,9 +79,7 @@ def main():
     env = StreamExecutionEnvironment.get_execution_environment(_common.make_config(args, port))
     t_env = StreamTableEnvironment.create(env)
     t_env.get_config().set("table.local-time-zone", "UTC")
-    for name, cols, path in (
-            ("a_src", A_SRC, args.input_a),
-            ("b_src", "k1 STRING, k2 INT, vb STRING", args.input_b)):
+    for name, cols, path in (("a_src", A_SRC, args.input_a), ("b_src", "k1 STRING, k2 INT, vb STRING", args.input_b)):
         t_env.execute_sql(f"""
             CREATE TABLE {name} ({cols}) WITH (
               'connector' = 'filesystem',
@@ -88,8 +88,7 @@ def main():
               'source.monitor-interval' = '1s'
             )""")
     t_env.execute_sql(view_sql())
-    t_env.execute_sql("CREATE TEMPORARY VIEW b AS "
-                      "SELECT k1, k2, COLLECT(vb) AS vbs FROM b_src GROUP BY k1, k2")
+    t_env.execute_sql("CREATE TEMPORARY VIEW b AS SELECT k1, k2, COLLECT(vb) AS vbs FROM b_src GROUP BY k1, k2")
     sink_cols = ", ".join(f"{n} {t}" for n, t, _ in COLUMNS)
     t_env.execute_sql(f"""
         CREATE TABLE snk (k1 STRING, k2 INT, id BIGINT, {sink_cols}, vbs MULTISET<STRING>)
@@ -99,16 +98,22 @@ def main():
     # row, then -U/+U (or +U alone: the planner decides whether UPDATE_BEFORE is needed; the
     # plan's changelog modes say which) for each later one.
     plan = t_env.explain_sql(insert, ExplainDetail.CHANGELOG_MODE)
-    agg = next(ln for ln in plan.splitlines()
-               if "GroupAggregate(" in ln and "changelogMode=" in ln)
+    agg = next(ln for ln in plan.splitlines() if "GroupAggregate(" in ln and "changelogMode=" in ln)
     per_update = 2 if "UB" in agg.split("changelogMode=")[-1] else 1
     agg_out = args.b_keys + per_update * (args.b_records - args.b_keys)
     print(f"GroupAggregate: {agg.strip()[:60]}... -> {agg_out} changes", flush=True)
     client = t_env.execute_sql(insert).get_job_client()
     rest = _common.Rest(port, str(client.get_job_id()))
-    _common.finish(args, rest, client, [("GroupAggregate", "numRecordsIn", args.b_records),
-                                        ("GroupAggregate", "numRecordsOut", agg_out),
-                                        ("Join", "numRecordsIn", args.a_records + agg_out)])
+    _common.finish(
+        args,
+        rest,
+        client,
+        [
+            ("GroupAggregate", "numRecordsIn", args.b_records),
+            ("GroupAggregate", "numRecordsOut", agg_out),
+            ("Join", "numRecordsIn", args.a_records + agg_out),
+        ],
+    )
 
 
 if __name__ == "__main__":

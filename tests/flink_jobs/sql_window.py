@@ -9,6 +9,7 @@ event timers at window end - 1 and the union list state `watermark`. The job wai
 operator has received every row AND the final watermark (max ts - delay), so exactly the windows
 ending after that watermark are open: deterministic state.
 """
+
 import os
 
 from pyflink.datastream import StreamExecutionEnvironment
@@ -23,8 +24,12 @@ def main():
     p.add_argument("--records", type=int, required=True)
     p.add_argument("--window-s", type=int, required=True)
     p.add_argument("--delay-s", type=int, required=True, help="watermark = ts - delay")
-    p.add_argument("--final-watermark", type=int, required=True,
-                   help="epoch ms the operator's input watermark must reach before the savepoint")
+    p.add_argument(
+        "--final-watermark",
+        type=int,
+        required=True,
+        help="epoch ms the operator's input watermark must reach before the savepoint",
+    )
     args = p.parse_args()
 
     port = _common.free_port()
@@ -56,10 +61,15 @@ def main():
         GROUP BY k, window_start, window_end""")
     client = result.get_job_client()
     rest = _common.Rest(port, str(client.get_job_id()))
-    _common.finish(args, rest, client, [
-        ("WindowAggregate", "numRecordsIn", args.records),
-        ("WindowAggregate", "currentInputWatermark", args.final_watermark),
-    ])
+    _common.finish(
+        args,
+        rest,
+        client,
+        [
+            ("WindowAggregate", "numRecordsIn", args.records),
+            ("WindowAggregate", "currentInputWatermark", args.final_watermark),
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -71,17 +71,17 @@ class Case:
         if self.kind == BASELINE:
             return data
         if self.kind == "flip":
-            return data[:at] + bytes([data[at] ^ (1 << int(arg))]) + data[at + 1:]
+            return data[:at] + bytes([data[at] ^ (1 << int(arg))]) + data[at + 1 :]
         if self.kind == "set":
-            return data[:at] + bytes.fromhex(arg) + data[at + 1:]
+            return data[:at] + bytes.fromhex(arg) + data[at + 1 :]
         if self.kind == "len":
-            return data[:at] + bytes.fromhex(arg) + data[at + 4:]
+            return data[:at] + bytes.fromhex(arg) + data[at + 4 :]
         if self.kind == "truncate":
             return data[:at]
         if self.kind == "insert":
             return data[:at] + bytes.fromhex(arg) + data[at:]
         if self.kind == "delete":
-            return data[:at] + data[at + int(arg):]
+            return data[:at] + data[at + int(arg) :]
         raise ValueError(f"unknown mutation kind {self.kind!r}")
 
 

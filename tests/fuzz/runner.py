@@ -98,7 +98,8 @@ def replay_command(case: Case) -> str:
 def repo_path(frame: str) -> str | None:
     """``readers/scan.py:210 in _locate`` for a frame in statecat's installed or source tree."""
     match = re.search(r"/statecat/(readers|statemeta|catalog)/(.+)$", frame) or re.search(
-        rf"^{re.escape(str(REPO))}/(readers|statemeta|catalog)/(.+)$", frame)
+        rf"^{re.escape(str(REPO))}/(readers|statemeta|catalog)/(.+)$", frame
+    )
     return f"{match.group(1)}/{match.group(2)}" if match else None
 
 
@@ -127,8 +128,10 @@ class Report:
         counts = self.counts
         parts = ", ".join(f"{name} {counts.get(name, 0)}" for name in OUTCOMES)
         rate = len(self.results) / self.seconds if self.seconds else 0.0
-        return (f"{len(self.results)} cases in {self.seconds:.1f} s ({rate:.0f} cases/s, {self.restarts} worker "
-                f"restarts): {parts}")
+        return (
+            f"{len(self.results)} cases in {self.seconds:.1f} s ({rate:.0f} cases/s, {self.restarts} worker "
+            f"restarts): {parts}"
+        )
 
 
 class WorkerProcess:
@@ -148,7 +151,11 @@ class WorkerProcess:
         with open(self.stderr_path, "wb") as stderr:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "tests.fuzz.worker", str(scratch), str(self.memory)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=REPO)
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                cwd=REPO,
+            )
         self.buffer = b""
         line = self._read_line(time.monotonic() + STARTUP_TIMEOUT)
         if line is None:
@@ -178,14 +185,22 @@ class WorkerProcess:
             self.process.send_signal(signal.SIGUSR1)
             self._wait_for_dump(stderr_at)
             self.stop()
-            return Result(case, "hang", seconds, {"type": f"no answer in {timeout:.0f} s",
-                                                  "frames": self._fault_frames(stderr_at)})
+            return Result(
+                case,
+                "hang",
+                seconds,
+                {"type": f"no answer in {timeout:.0f} s", "frames": self._fault_frames(stderr_at)},
+            )
         try:
             code = self.process.wait(timeout=STARTUP_TIMEOUT)  # it closed its output: it is exiting
         except subprocess.TimeoutExpired:
             self.stop()
-            return Result(case, "hang", seconds, {"type": "closed its output but did not exit",
-                                                  "frames": self._fault_frames(stderr_at)})
+            return Result(
+                case,
+                "hang",
+                seconds,
+                {"type": "closed its output but did not exit", "frames": self._fault_frames(stderr_at)},
+            )
         self.stop()
         name = signal.Signals(-code).name if code < 0 else f"exit status {code}"
         return Result(case, "crash", seconds, {"type": name, "frames": self._fault_frames(stderr_at)})
@@ -267,8 +282,14 @@ def _detail(outcome: dict) -> dict:
     return {k: v for k, v in outcome.items() if k in ("type", "message", "frames")}
 
 
-def run_cases(cases: Iterable[Case], *, workers: int = 2, timeout: float = DEFAULT_TIMEOUT,
-              memory: int = DEFAULT_MEMORY, progress: Callable[[int], None] | None = None) -> Report:
+def run_cases(
+    cases: Iterable[Case],
+    *,
+    workers: int = 2,
+    timeout: float = DEFAULT_TIMEOUT,
+    memory: int = DEFAULT_MEMORY,
+    progress: Callable[[int], None] | None = None,
+) -> Report:
     """Runs every case in ``workers`` processes; the order of results follows the cases."""
     cases = list(cases)
     results: list[Result | None] = [None] * len(cases)
@@ -281,6 +302,7 @@ def run_cases(cases: Iterable[Case], *, workers: int = 2, timeout: float = DEFAU
     done = [0]
 
     with tempfile.TemporaryDirectory(prefix="statecat-fuzz-") as root:
+
         def serve() -> None:
             worker = WorkerProcess(Path(root), memory)
             try:
@@ -312,11 +334,18 @@ def run_cases(cases: Iterable[Case], *, workers: int = 2, timeout: float = DEFAU
         raise errors[0]
     if any(b != baselines[0] for b in baselines[1:]):
         raise HarnessError("workers decoded the pristine fixtures differently: the decode is not deterministic")
-    return Report([r for r in results if r is not None], baselines[0] if baselines else {},
-                  time.monotonic() - started, restarts[0])
+    return Report(
+        [r for r in results if r is not None],
+        baselines[0] if baselines else {},
+        time.monotonic() - started,
+        restarts[0],
+    )
 
 
 def baseline_findings(baseline: dict) -> list[str]:
     """Pristine fixtures whose decode is itself a finding (anything but a clean decode)."""
-    return [f"{name}: {outcome['status']} {outcome.get('type', '')} {outcome.get('message', '')}"
-            for name, outcome in sorted(baseline.items()) if outcome["status"] != "decoded"]
+    return [
+        f"{name}: {outcome['status']} {outcome.get('type', '')} {outcome.get('message', '')}"
+        for name, outcome in sorted(baseline.items())
+        if outcome["status"] != "decoded"
+    ]

@@ -108,8 +108,9 @@ class Targets:
         storage = self._write(name, b"\0" + data[3:])
         stream = FileStream(storage.metadata_path, len(data) - 2, "relative")
         if entry.keyed:
-            location = dataclasses.replace(entry.location, stream=stream, offsets=(1,),
-                                           start_key_group=int.from_bytes(data[1:3], "big"))
+            location = dataclasses.replace(
+                entry.location, stream=stream, offsets=(1,), start_key_group=int.from_bytes(data[1:3], "big")
+            )
         else:
             location = dataclasses.replace(entry.location, stream=stream, offsets=(1,), end=len(data) - 2)
         rows = 0
