@@ -10,39 +10,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Each room and the rooms it may import, besides itself (statecat's own modules only).
-ALLOWED = {
-    "statemeta": set(),
-    "readers": {"statemeta"},
-    "catalog.render": {"statemeta", "readers"},
-    "catalog.report": {"statemeta", "readers", "catalog.render"},
-    "catalog.spark": {"statemeta", "readers", "catalog.render", "catalog.report"},
-    "catalog.servers": {"statemeta", "readers", "catalog.render", "catalog.report", "catalog.spark"},
-    "catalog.lake": {"statemeta", "readers", "catalog.render"},
-    "catalog.cli": {
-        "statemeta",
-        "readers",
-        "catalog.render",
-        "catalog.report",
-        "catalog.spark",
-        "catalog.servers",
-        "catalog.lake",
-        "catalog",
-    },
-    # The package front doors re-export lazily (``statecat.attach``, ``statecat.catalog.session``).
-    "catalog": {
-        "statemeta",
-        "readers",
-        "catalog.render",
-        "catalog.report",
-        "catalog.spark",
-        "catalog.servers",
-        "catalog.lake",
-        "catalog.cli",
-    },
-    "catalog._root": {"statemeta", "readers", "catalog"},
-    "catalog.pyspark_statecat": {"catalog.spark"},
-}
+# The rooms in data-flow order: each may import the rooms before it (statecat's own modules only).
+ORDER = [
+    "statemeta",
+    "readers",
+    "catalog.render",
+    "catalog.report",
+    "catalog.spark",
+    "catalog.servers",
+    "catalog.lake",
+    "catalog.cli",
+]
+ALLOWED = {room: set(ORDER[:i]) for i, room in enumerate(ORDER)}
+# The front doors re-export lazily (``statecat.attach``, ``statecat.catalog.session``): they may name
+# any room but the CLI, and only the CLI may use them.
+ALLOWED["catalog"] = set(ORDER) - {"catalog.cli"}
+ALLOWED["catalog.cli"].add("catalog")
+ALLOWED["catalog._root"] = {"catalog"}
+ALLOWED["catalog.pyspark_statecat"] = {"catalog.spark"}
 
 
 def _room(module: str) -> str:
@@ -113,3 +98,37 @@ def test_catalog_keeps_few_modules_at_its_top():
     for room in rooms:
         doc = ast.get_docstring(ast.parse((REPO / "catalog" / room / "__init__.py").read_text()))
         assert doc, f"catalog/{room}/__init__.py says nothing about what lives there"
+
+
+def _readme_map() -> dict[str, set[str]]:
+    """The README's map of the tree: each top folder and the names listed under it."""
+    text = (REPO / "README.md").read_text()
+    block = text[text.index("## Layout") :].split("```")[1]
+    listed: dict[str, set[str]] = {}
+    top = None
+    for line in block.splitlines():
+        if not line.strip():
+            continue
+        names = line.strip().split("  ")[0]
+        if not line.startswith(" "):
+            top = names.rstrip("/")
+            listed[top] = set()
+            continue
+        for name in names.replace(":", "").split(", "):
+            listed[top].add(name.strip())
+    return listed
+
+
+def test_readme_map_matches_the_tree():
+    listed = _readme_map()
+    assert {"statemeta", "readers", "catalog", "tests", "bench", "sql_examples"} <= set(listed)
+    for top, names in listed.items():
+        for name in names:
+            assert (REPO / top / name.rstrip("/")).exists(), f"README's map names {top}/{name}, which is not there"
+    for top in ("statemeta", "readers"):
+        modules = {p.name for p in (REPO / top).glob("*.py") if p.name != "__init__.py"}
+        modules |= {p.name + "/" for p in (REPO / top).iterdir() if (p / "__init__.py").is_file()}
+        assert modules <= listed[top], f"modules of {top}/ missing from the README's map: {modules - listed[top]}"
+    rooms = {p.name + "/" for p in (REPO / "catalog").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    rooms |= {p.name for p in (REPO / "catalog").glob("*.py") if p.name != "__init__.py"}
+    assert rooms <= listed["catalog"], f"missing from the README's map: {rooms - listed['catalog']}"
