@@ -28,10 +28,10 @@ CATEGORIES = {
 
 def profile(spark, run: Callable[[], None]) -> dict[str, int]:
     """Samples of the task threads while ``run()`` runs: {"total": n, category: n, ...}."""
-    from tests.fixtures.generate import _jdk_tool
+    from tests.fixtures.runtime import jdk_tool
 
     pid = str(spark.sparkContext._jvm.ProcessHandle.current().pid())
-    jcmd = _jdk_tool("jcmd")
+    jcmd = jdk_tool("jcmd")
     with tempfile.TemporaryDirectory(prefix="jfr-") as scratch:
         recording = Path(scratch) / "run.jfr"
         # Spark's task stacks run deeper than JFR's default 64 frames, which cuts off the frames
@@ -48,7 +48,7 @@ def profile(spark, run: Callable[[], None]) -> dict[str, int]:
         finally:
             subprocess.run([jcmd, pid, "JFR.stop", "name=statecat-bench"], capture_output=True)
         printed = subprocess.run(
-            [_jdk_tool("jfr"), "print", "--json", "--events", "jdk.ExecutionSample", str(recording)],
+            [jdk_tool("jfr"), "print", "--json", "--events", "jdk.ExecutionSample", str(recording)],
             check=True,
             capture_output=True,
             text=True,

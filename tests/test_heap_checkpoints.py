@@ -418,9 +418,10 @@ FILE_MERGING_CASE = "sql_groupby_checkpoint_filemerging_2.3"
 def test_file_merging_checkpoint_reads_in_place(tmp_path, monkeypatch):
     """Flink 2.x file merging: keyed and operator streams are segments of shared files under the job's
     taskowned/ (absolute handles, so the checkpoint is read where Flink wrote it, not committed)."""
-    from tests.fixtures import generate
+    from tests.fixtures import casebook, generate
+    from tests.fixtures.runtime import ensure_runtime
 
-    spec = generate._case(
+    spec = casebook._case(
         "sql_groupby",
         "2.3.0",
         "hashmap",
@@ -434,8 +435,8 @@ def test_file_merging_checkpoint_reads_in_place(tmp_path, monkeypatch):
             "execution.checkpointing.data-inline-threshold": "1kb",
         },
     )
-    monkeypatch.setitem(generate.CASES, FILE_MERGING_CASE, spec)
-    kind = generate.KINDS["sql_groupby"]
+    monkeypatch.setitem(casebook.CASES, FILE_MERGING_CASE, spec)
+    kind = casebook.KINDS["sql_groupby"]
     p = {"parallelism": 2, "max_parallelism": 128, **kind.defaults, **spec["params"]}
     case = tmp_path / FILE_MERGING_CASE
     (case / "input").mkdir(parents=True)
@@ -460,7 +461,7 @@ def test_file_merging_checkpoint_reads_in_place(tmp_path, monkeypatch):
     ]
     for k, v in spec["conf"].items():
         args += ["--conf", f"{k}={v}"]
-    generate._run_job(generate.ensure_runtime(spec), "sql_groupby", args, scratch, timeout=900)
+    generate._run_job(ensure_runtime(spec), "sql_groupby", args, scratch, timeout=900)
     chk = json.loads((scratch / "result.json").read_text())["savepoint"].removeprefix("file:")
     expected = generate.build_expected(FILE_MERGING_CASE, case, p)
 

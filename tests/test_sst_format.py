@@ -493,19 +493,19 @@ def test_mutated_files_fail_cleanly():
 
 
 def flink_dist_jar(version: str) -> Path:
-    from tests.fixtures import generate
+    from tests.fixtures import runtime
 
-    generate.ensure_venv(version)
-    return next(generate.venv_dir(version).glob(f"lib/python3*/site-packages/pyflink/lib/flink-dist-{version}.jar"))
+    runtime.ensure_venv(version)
+    return next(runtime.venv_dir(version).glob(f"lib/python3*/site-packages/pyflink/lib/flink-dist-{version}.jar"))
 
 
 def sst_samples_command(version: str) -> list[str]:
     """java -cp <classes>:<flink-dist> SstSamples, compiled once per source content."""
-    from tests.fixtures import generate
+    from tests.fixtures import runtime
 
     jar = flink_dist_jar(version)
     classes = (
-        generate.flink_cache_dir(version)
+        runtime.flink_cache_dir(version)
         / "classes"
         / ("sst-" + hashlib.sha256(JAVA_SOURCE.read_bytes()).hexdigest()[:16])
     )
@@ -514,14 +514,14 @@ def sst_samples_command(version: str) -> list[str]:
         tmp = Path(tempfile.mkdtemp(prefix="javac-", dir=classes.parent))
         try:
             subprocess.run(
-                [generate._jdk_tool("javac"), "-nowarn", "-d", str(tmp), "-cp", str(jar), str(JAVA_SOURCE)], check=True
+                [runtime.jdk_tool("javac"), "-nowarn", "-d", str(tmp), "-cp", str(jar), str(JAVA_SOURCE)], check=True
             )
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         shutil.rmtree(classes, ignore_errors=True)
         tmp.rename(classes)
-    return [generate._jdk_tool("java"), "-cp", f"{classes}:{jar}", "SstSamples"]
+    return [runtime.jdk_tool("java"), "-cp", f"{classes}:{jar}", "SstSamples"]
 
 
 def write_samples(version: str, out: Path, *args: str) -> dict:

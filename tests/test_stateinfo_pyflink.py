@@ -340,7 +340,7 @@ EXPECTED_VALUES = [
 @pytest.fixture(scope="module")
 def pyflink_python() -> Path:
     """The PyFlink 2.3 virtualenv's python, created here when missing (not left to other tests' order)."""
-    from tests.fixtures.generate import ensure_venv
+    from tests.fixtures.runtime import ensure_venv
 
     return ensure_venv("2.3.0")
 

@@ -15,7 +15,7 @@
 #
 # environment:
 #   STATECAT_PYFLINK_VENV_2_3  the apache-flink==2.3.0 venv (default ~/.cache/statecat/pyflink-2.3.0,
-#                              the one tests/fixtures/generate.py creates)
+#                              the one tests/fixtures/runtime.py creates for generate.py)
 #   JAVA_OPTS   JVM options (default: -Xms1g -Xmx1g -XX:+UseSerialGC)
 #   PIN_CPU     if set (e.g. 1), run the JVM under `taskset -c $PIN_CPU`
 #   BUILD_DIR   compiled classes go to $BUILD_DIR/<sha256 of the sources>/ (default
@@ -42,7 +42,7 @@ for d in "$VENV"/lib/python3*/site-packages/pyflink; do
 done
 if [[ -z "$PYFLINK" ]]; then
   echo "error: no apache-flink==$FLINK_VERSION in $VENV (no pyflink/lib/flink-dist-$FLINK_VERSION.jar);" >&2
-  echo "       create it with: .venv/bin/python -c 'from tests.fixtures.generate import ensure_venv; ensure_venv(\"$FLINK_VERSION\")'" >&2
+  echo "       create it with: .venv/bin/python -c 'from tests.fixtures.runtime import ensure_venv; ensure_venv(\"$FLINK_VERSION\")'" >&2
   echo "       or point STATECAT_PYFLINK_VENV_2_3 at a venv holding apache-flink==$FLINK_VERSION" >&2
   exit 2
 fi

@@ -49,7 +49,7 @@ def parse(line):
 
 
 # (state name, declared type, value of a parsed record r). Every Row / tuple / map built here is
-# also built, from the same input, by tests/fixtures/generate.py (DataStreamTypes).
+# also built, from the same input, by tests/fixtures/datastream_kinds.py (DataStreamTypes).
 VALUE_STATES = [
     ("v_boolean", Types.BOOLEAN(), lambda r: r["b"]),
     ("v_byte", Types.BYTE(), lambda r: r["i8"]),
