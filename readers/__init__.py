@@ -16,7 +16,9 @@ key-group range, for engines that spread a scan over workers.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
@@ -24,10 +26,28 @@ from statecat.readers.arrow_types import state_schema
 from statecat.readers.diff import SavepointDiff, diff_savepoints
 from statecat.readers.keygroups import key_group_for
 from statecat.readers.keyview import KeyView, key_history, key_not_coercible_error, key_view
-from statecat.readers.scan import DEFAULT_BATCH_ROWS, OperatorKeyedScan, ReadStats, scanner_for
+from statecat.readers.scan import (
+    DEFAULT_BATCH_ROWS,
+    KeyedStateScanner,
+    OperatorKeyedScan,
+    OperatorStateScanner,
+    ReadStats,
+    scanner_for,
+)
 from statecat.statemeta.descriptors import apply_descriptors, with_pyflink_pickles
 from statecat.statemeta.errors import StatecatError
-from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
+from statecat.statemeta.model import (
+    KeyedLocation,
+    OperatorLocation,
+    OperatorMeta,
+    StateInfo,
+    StateMeta,
+    load_state_meta,
+)
+from statecat.statemeta.types import TypeDescriptor
+
+if TYPE_CHECKING:
+    from statecat.statemeta.descriptors import DescriptorSource
 
 __all__ = [
     "SavepointReader",
@@ -49,12 +69,14 @@ class Partition:
     savepoint: str
     operator_id: str
     state: str
-    subtask: int
+    subtask: int | None  # None: the operator coordinator's state (it runs on the JobManager)
     key_groups: tuple[int, ...] | None = None
 
 
 class SavepointReader:
-    def __init__(self, savepoint: str | StateMeta, *, unpickle: bool = False, descriptors=None):
+    def __init__(
+        self, savepoint: str | StateMeta, *, unpickle: bool = False, descriptors: DescriptorSource | None = None
+    ) -> None:
         """``descriptors``: a descriptor file (path), its parsed document or a DescriptorSet, applied
         to the savepoint's StateMeta in memory (nothing is written: read-only stores work).
         ``unpickle=True`` decodes PyFlink pickles (runs code from the savepoint: trusted ones only)."""
@@ -75,7 +97,7 @@ class SavepointReader:
 
     def key_groups_for_keys(self, state: str, keys: Sequence, operator: str | None = None) -> set[int]:
         op, info = self.find(state, operator)
-        return {key_group_for(k, info.key, op.max_parallelism) for k in keys}
+        return {key_group_for(k, cast(TypeDescriptor, info.key), op.max_parallelism) for k in keys}  # keyed
 
     def batches(
         self,
@@ -84,7 +106,7 @@ class SavepointReader:
         *,
         keys: Sequence | None = None,
         key_groups: set[int] | None = None,
-        subtasks: set[int] | None = None,
+        subtasks: AbstractSet[int | None] | None = None,
         batch_rows: int = DEFAULT_BATCH_ROWS,
     ) -> Iterator[pa.RecordBatch]:
         """Rows of one state. ``keys`` reads only the key-groups that can hold them, then filters."""
@@ -92,15 +114,22 @@ class SavepointReader:
         scanner = scanner_for(self.meta, op, info, unpickle=self.unpickle)
         self.last_stats = scanner.stats
         locations = [loc for loc in info.locations if subtasks is None or loc.subtask in subtasks]
-        if not info.is_keyed:
-            yield from scanner.batches(locations, batch_rows=batch_rows)
+        if not info.is_keyed:  # casts: an operator state's scanner and locations
+            yield from cast(OperatorStateScanner, scanner).batches(
+                cast("list[OperatorLocation]", locations), batch_rows=batch_rows
+            )
             return
+        # Casts below: a keyed state's key type, scanner and locations.
         if keys is not None:
-            wanted = {key_group_for(k, info.key, op.max_parallelism) for k in keys}
+            wanted = {key_group_for(k, cast(TypeDescriptor, info.key), op.max_parallelism) for k in keys}
             key_groups = wanted if key_groups is None else key_groups & wanted
         if key_groups is not None:
-            locations = [loc for loc in locations if any(loc.holds_key_group(g) for g in key_groups)]
-        yield from scanner.batches(locations, key_groups=key_groups, batch_rows=batch_rows, keys=keys)
+            locations = [
+                loc for loc in locations if any(cast(KeyedLocation, loc).holds_key_group(g) for g in key_groups)
+            ]
+        yield from cast(KeyedStateScanner, scanner).batches(
+            cast("list[KeyedLocation]", locations), key_groups=key_groups, batch_rows=batch_rows, keys=keys
+        )
 
     def operator_batches(
         self,
@@ -117,7 +146,11 @@ class SavepointReader:
         states interleave."""
         op = self.meta.operator(operator)
         infos = [op.state(name) for name in states] if states is not None else list(op.states)
-        keyed = [scanner_for(self.meta, op, info, unpickle=self.unpickle) for info in infos if info.is_keyed]
+        keyed = [
+            cast(KeyedStateScanner, scanner_for(self.meta, op, info, unpickle=self.unpickle))
+            for info in infos
+            if info.is_keyed
+        ]
         for info in infos:
             if not info.is_keyed:
                 for batch in self.batches(info.name, op.id, subtasks=subtasks, batch_rows=batch_rows):
@@ -125,7 +158,9 @@ class SavepointReader:
         if keyed:
             yield from OperatorKeyedScan(keyed).batches(key_groups, subtasks, batch_rows)
 
-    def operator_tables(self, operator: str, states: Sequence[str] | None = None, **options) -> dict[str, pa.Table]:
+    def operator_tables(
+        self, operator: str, states: Sequence[str] | None = None, **options: Any
+    ) -> dict[str, pa.Table]:
         """{state name: table} of several states of one operator, read in one pass (``operator_batches``)."""
         op = self.meta.operator(operator)
         infos = [op.state(name) for name in states] if states is not None else list(op.states)
@@ -134,11 +169,11 @@ class SavepointReader:
             collected[name].append(batch)
         return {info.name: pa.Table.from_batches(collected[info.name], schema=state_schema(info)) for info in infos}
 
-    def table(self, state: str, operator: str | None = None, **options) -> pa.Table:
+    def table(self, state: str, operator: str | None = None, **options: Any) -> pa.Table:
         op, info = self.find(state, operator)
         return pa.Table.from_batches(list(self.batches(state, op.id, **options)), schema=state_schema(info))
 
-    def key(self, key, *, operators: Sequence[str] | None = None, states: Sequence[str] | None = None) -> KeyView:
+    def key(self, key: Any, *, operators: Sequence[str] | None = None, states: Sequence[str] | None = None) -> KeyView:
         """Every keyed state (values and timers) of every operator that holds ``key``, as tidy rows.
 
         ``key`` is coerced to each state's key type: text, a number, or a list (or JSON list) of
@@ -157,6 +192,7 @@ class SavepointReader:
         parts = []
         for loc in info.locations:
             if info.is_keyed:
+                loc = cast(KeyedLocation, loc)  # a keyed state's locations are keyed ones
                 groups = tuple(
                     g
                     for g in range(loc.start_key_group, loc.start_key_group + loc.num_key_groups)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from statecat.readers.decoders import (
     DecodeError,
@@ -24,6 +24,9 @@ from statecat.readers.decoders import (
 )
 from statecat.statemeta.errors import UnsupportedError
 from statecat.statemeta.types import TypeDescriptor
+
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 _LE_I8 = struct.Struct("<b").unpack_from
 _LE_I16 = struct.Struct("<h").unpack_from
@@ -49,14 +52,14 @@ def framed_binary_decoder(desc: TypeDescriptor) -> Decoder:
 
 
 def _framed_binary(decoder: Callable[[bytes, int, int], Any]) -> Decoder:
-    def framed(buf, pos):
+    def framed(buf: bytes, pos: int) -> tuple[Any, int]:
         n, pos = read_length(buf, pos, "binary row length")
         return decoder(buf, pos, n), pos + n
 
     return framed
 
 
-def _var_slot(buf, base: int, end: int, slot_at: int) -> tuple[int, int]:
+def _var_slot(buf: bytes, base: int, end: int, slot_at: int) -> tuple[int, int]:
     """(absolute start, length) of a variable-length field: inline in the slot, or offset/len."""
     raw = _LE_U64(buf, slot_at)[0]
     if raw & INLINE_MARK:
@@ -93,14 +96,14 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
         return lambda buf, base, end, at: _LE_F64(buf, at)[0]
     if kind in ("CHAR", "VARCHAR"):
 
-        def text(buf, base, end, at):
+        def text(buf: bytes, base: int, end: int, at: int) -> str:
             start, n = _var_slot(buf, base, end, at)
             return utf8_text(bytes(buf[start : start + n]))
 
         return text
     if kind in ("BINARY", "VARBINARY", "RAW"):
 
-        def binary(buf, base, end, at):
+        def binary(buf: bytes, base: int, end: int, at: int) -> bytes:
             start, n = _var_slot(buf, base, end, at)
             return bytes(buf[start : start + n])
 
@@ -110,7 +113,7 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
         if precision <= 18:
             return lambda buf, base, end, at: sql_decimal(_LE_I64(buf, at)[0], precision, scale)
 
-        def decimal(buf, base, end, at):
+        def decimal(buf: bytes, base: int, end: int, at: int) -> Decimal:
             raw = _LE_U64(buf, at)[0]
             start, n = base + (raw >> 32), raw & 0xFFFFFFFF
             if start + n > end:
@@ -122,7 +125,7 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
         if desc.attr("precision", 6) <= 3:
             return lambda buf, base, end, at: micros(_LE_I64(buf, at)[0] * 1000)
 
-        def timestamp(buf, base, end, at):
+        def timestamp(buf: bytes, base: int, end: int, at: int) -> int:
             raw = _LE_U64(buf, at)[0]
             millis_at = base + (raw >> 32)
             if millis_at + 8 > end:
@@ -132,9 +135,12 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
 
         return timestamp
     if kind == "ROW":
-        nested = binary_row_decoder([t for _, t in desc.fields], [n for n, _ in desc.fields])
+        # the name is reused below for array and map decoders
+        nested: Callable[[bytes, int, int], Any] = binary_row_decoder(
+            [t for _, t in desc.fields], [n for n, _ in desc.fields]
+        )
 
-        def row(buf, base, end, at):
+        def row(buf: bytes, base: int, end: int, at: int) -> dict[str, Any]:
             start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
 
@@ -142,7 +148,7 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
     if kind in ("ARRAY",):
         nested = binary_array_decoder(desc.fields[0][1])
 
-        def array(buf, base, end, at):
+        def array(buf: bytes, base: int, end: int, at: int) -> list[Any]:
             start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
 
@@ -152,7 +158,7 @@ def _field_reader(desc: TypeDescriptor) -> Callable[[bytes, int, int, int], Any]
         value = desc.child("value") if kind == "MAP" else TypeDescriptor.of("INTEGER")
         nested = binary_map_decoder(key, value)
 
-        def map_(buf, base, end, at):
+        def map_(buf: bytes, base: int, end: int, at: int) -> list[tuple[Any, Any]]:
             start, n = _var_slot(buf, base, end, at)
             return nested(buf, start, n)
 
@@ -170,12 +176,12 @@ def binary_row_decoder(types: list[TypeDescriptor], names: list[str]) -> Callabl
         (name, _field_reader(t), null_bits_bytes + 8 * i, 8 + i) for i, (name, t) in enumerate(zip(names, types))
     ]
 
-    def decode(buf, base, size):
+    def decode(buf: bytes, base: int, size: int) -> dict[str, Any]:
         if size < null_bits_bytes + 8 * arity:
             raise DecodeError(f"binary row of {size} bytes is shorter than its {arity} fixed slots")
         _need(buf, base + size)
         end = base + size
-        out = {}
+        out: dict[str, Any] = {}
         for name, read, slot, bit in readers:
             if buf[base + (bit >> 3)] & (1 << (bit & 7)):
                 out[name] = None
@@ -202,7 +208,7 @@ def binary_array_decoder(element: TypeDescriptor) -> Callable[[bytes, int, int],
     read = _field_reader(element)
     size = _ARRAY_ELEMENT_SIZES.get(element.kind, 8)
 
-    def decode(buf, base, length):
+    def decode(buf: bytes, base: int, length: int) -> list[Any]:
         if length < 4:
             raise DecodeError(f"binary array of {length} bytes has no room for its element count")
         _need(buf, base + length)
@@ -211,7 +217,7 @@ def binary_array_decoder(element: TypeDescriptor) -> Callable[[bytes, int, int],
         end = base + length
         if n < 0 or elements_at + n * size > end:
             raise DecodeError(f"binary array claims {n} elements in {length} bytes")
-        out = []
+        out: list[Any] = []
         for i in range(n):
             if buf[base + 4 + (i >> 3)] & (1 << (i & 7)):
                 out.append(None)
@@ -227,7 +233,7 @@ def binary_map_decoder(key: TypeDescriptor, value: TypeDescriptor) -> Callable[[
     keys = binary_array_decoder(key)
     values = binary_array_decoder(value)
 
-    def decode(buf, base, length):
+    def decode(buf: bytes, base: int, length: int) -> list[tuple[Any, Any]]:
         if length < 4:
             raise DecodeError(f"binary map of {length} bytes has no room for its key array size")
         key_bytes = _LE_I32(buf, base)[0]

@@ -15,7 +15,7 @@ import io
 import json
 import pickle
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
@@ -108,7 +108,7 @@ def days(value: int) -> int:
     return value
 
 
-def utf16_text(units) -> str:
+def utf16_text(units: list[int]) -> str:
     """Java chars (UTF-16 code units) as text; unpaired surrogates become U+FFFD, so the text is
     valid UTF-8 (the replacement Java's own UTF-8 encoding of such a string makes)."""
     return struct.pack(f"<{len(units)}H", *units).decode("utf-16-le", "replace")
@@ -123,23 +123,23 @@ def utf8_text(data: bytes) -> str:
 # ----------------------------------------------------------------------------- Java serializers
 
 
-def _fixed(unpack, size: int) -> Decoder:
-    def decode(buf, pos):
+def _fixed(unpack: Callable[[bytes, int], tuple[Any, ...]], size: int) -> Decoder:
+    def decode(buf: bytes, pos: int) -> tuple[Any, int]:
         return unpack(buf, pos)[0], pos + size
 
     return decode
 
 
-def _boolean(buf, pos):
+def _boolean(buf: bytes, pos: int) -> tuple[bool, int]:
     return buf[pos] != 0, pos + 1
 
 
-def _char(buf, pos):
+def _char(buf: bytes, pos: int) -> tuple[str, int]:
     unit = _BE_U16(buf, pos)[0]
     return (REPLACEMENT_CHARACTER if 0xD800 <= unit <= 0xDFFF else chr(unit)), pos + 2
 
 
-def _skip_one(buf, pos):
+def _skip_one(buf: bytes, pos: int) -> tuple[None, int]:
     return None, pos + 1
 
 
@@ -156,7 +156,7 @@ def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise DecodeError("varint longer than 5 bytes")
 
 
-def java_string(buf, pos):
+def java_string(buf: bytes, pos: int) -> tuple[str | None, int]:
     """StringValue: varint(length + 1), then UTF-16 code units as varints (0 = null)."""
     n = buf[pos]
     pos += 1
@@ -180,17 +180,17 @@ def java_string(buf, pos):
     return utf16_text(units), pos
 
 
-def _framed_bytes(buf, pos):
+def _framed_bytes(buf: bytes, pos: int) -> tuple[bytes, int]:
     n, pos = read_length(buf, pos, "byte array length")
     return bytes(buf[pos : pos + n]), pos + n
 
 
-def _string_data(buf, pos):
+def _string_data(buf: bytes, pos: int) -> tuple[str, int]:
     n, pos = read_length(buf, pos, "string length")
     return utf8_text(bytes(buf[pos : pos + n])), pos + n
 
 
-def _big_integer(buf, pos) -> tuple[int | None, int]:
+def _big_integer(buf: bytes, pos: int) -> tuple[int | None, int]:
     at = pos
     n = _BE_I32(buf, pos)[0]
     pos += 4
@@ -207,7 +207,7 @@ def _big_integer(buf, pos) -> tuple[int | None, int]:
     return int.from_bytes(buf[pos : pos + n], "big", signed=True), pos + n
 
 
-def _bigint(buf, pos):
+def _bigint(buf: bytes, pos: int) -> tuple[str | None, int]:
     value, pos = _big_integer(buf, pos)
     # Through Decimal: str(int) refuses more than 4300 digits, and MAX_BIG_INTEGER_BYTES bounds the cost.
     return (None if value is None else str(Decimal(value))), pos
@@ -222,7 +222,7 @@ def render_big_decimal(unscaled: int, scale: int) -> str:
     return str(value)
 
 
-def _bigdec(buf, pos):
+def _bigdec(buf: bytes, pos: int) -> tuple[str | None, int]:
     unscaled, pos = _big_integer(buf, pos)
     if unscaled is None:
         return None, pos
@@ -230,12 +230,12 @@ def _bigdec(buf, pos):
     return render_big_decimal(unscaled, scale), pos + 4
 
 
-def _epoch_millis_to_micros(buf, pos):
+def _epoch_millis_to_micros(buf: bytes, pos: int) -> tuple[int | None, int]:
     ms = _BE_I64(buf, pos)[0]
     return (None if ms == LONG_MIN else micros(ms * 1000)), pos + 8
 
 
-def _sql_date(buf, pos):
+def _sql_date(buf: bytes, pos: int) -> tuple[int | None, int]:
     ms = _BE_I64(buf, pos)[0]
     return (None if ms == LONG_MIN else days(ms // MILLIS_PER_DAY)), pos + 8
 
@@ -251,12 +251,12 @@ def _time_text(millis_of_day: int, nanos: int = 0) -> str:
     return text
 
 
-def _sql_time(buf, pos):
+def _sql_time(buf: bytes, pos: int) -> tuple[str | None, int]:
     ms = _BE_I64(buf, pos)[0]
     return (None if ms == LONG_MIN else _time_text(ms % MILLIS_PER_DAY)), pos + 8
 
 
-def _sql_timestamp(buf, pos):
+def _sql_timestamp(buf: bytes, pos: int) -> tuple[int | None, int]:
     ms, nanos = _BE_I64_I32(buf, pos)
     if ms == LONG_MIN:
         return None, pos + 12
@@ -264,21 +264,21 @@ def _sql_timestamp(buf, pos):
     return micros((ms // 1000) * 1_000_000 + nanos // 1000), pos + 12
 
 
-def _instant(buf, pos):
+def _instant(buf: bytes, pos: int) -> tuple[int | None, int]:
     seconds, nanos = _BE_I64_I32(buf, pos)
     if seconds == LONG_MIN and nanos == INT_MIN:
         return None, pos + 12
     return micros(seconds * 1_000_000 + nanos // 1000), pos + 12
 
 
-def _local_date(buf, pos):
+def _local_date(buf: bytes, pos: int) -> tuple[int | None, int]:
     year = _BE_I32(buf, pos)[0]
     if year == INT_MIN:
         return None, pos + 6
     return dt.date(year, buf[pos + 4], buf[pos + 5]).toordinal() - EPOCH_ORDINAL, pos + 6
 
 
-def _local_time_parts(buf, pos):
+def _local_time_parts(buf: bytes, pos: int) -> tuple[tuple[int, int, int, int] | None, int]:
     hour = _BE_I8(buf, pos)[0]
     if hour == BYTE_MIN:
         return None, pos + 7
@@ -286,7 +286,7 @@ def _local_time_parts(buf, pos):
     return (hour, buf[pos + 1], buf[pos + 2], nano), pos + 7
 
 
-def _local_time(buf, pos):
+def _local_time(buf: bytes, pos: int) -> tuple[str | None, int]:
     parts, pos = _local_time_parts(buf, pos)
     if parts is None:
         return None, pos
@@ -294,7 +294,7 @@ def _local_time(buf, pos):
     return _time_text(((h * 60 + m) * 60 + s) * 1000, nano), pos
 
 
-def _local_datetime(buf, pos):
+def _local_datetime(buf: bytes, pos: int) -> tuple[int | None, int]:
     epoch_days, pos = _local_date(buf, pos)
     parts, pos = _local_time_parts(buf, pos)
     if epoch_days is None or parts is None:
@@ -303,12 +303,12 @@ def _local_datetime(buf, pos):
     return micros(((epoch_days * 86400 + (h * 60 + m) * 60 + s) * 1_000_000) + nano // 1000), pos
 
 
-def _time_window(buf, pos):
+def _time_window(buf: bytes, pos: int) -> tuple[dict[str, int], int]:
     start, end = struct.unpack_from(">qq", buf, pos)
     return {"start": start, "end": end}, pos + 16
 
 
-def _count_window(buf, pos):
+def _count_window(buf: bytes, pos: int) -> tuple[dict[str, int], int]:
     return {"id": _BE_I64(buf, pos)[0]}, pos + 8
 
 
@@ -335,7 +335,7 @@ def _timestamp_data(precision: int) -> Decoder:
     if precision <= 3:
         return _epoch_millis_to_micros
 
-    def decode(buf, pos):
+    def decode(buf: bytes, pos: int) -> tuple[int, int]:
         ms, nano_of_milli = _BE_I64_I32(buf, pos)
         return micros(ms * 1000 + nano_of_milli // 1000), pos + 12
 
@@ -345,12 +345,12 @@ def _timestamp_data(precision: int) -> Decoder:
 def _decimal_data(precision: int, scale: int) -> Decoder:
     if precision <= 18:
 
-        def compact(buf, pos):
+        def compact(buf: bytes, pos: int) -> tuple[Decimal, int]:
             return sql_decimal(_BE_I64(buf, pos)[0], precision, scale), pos + 8
 
         return compact
 
-    def wide(buf, pos):
+    def wide(buf: bytes, pos: int) -> tuple[Decimal, int]:
         n, pos = read_length(buf, pos, "decimal length")
         return sql_decimal(int.from_bytes(buf[pos : pos + n], "big", signed=True), precision, scale), pos + n
 
@@ -405,7 +405,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         inner = build_decoder(desc.fields[0][1], unpickle=unpickle)
         padding = desc.attr("padding", 0)
 
-        def nullable(buf, pos):
+        def nullable(buf: bytes, pos: int) -> tuple[Any, int]:
             if buf[pos]:
                 return None, pos + 1 + padding
             return inner(buf, pos + 1)
@@ -414,7 +414,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
     if kind == "ttl":
         inner = build_decoder(desc.fields[0][1], unpickle=unpickle)
 
-        def ttl(buf, pos):  # the last-access timestamp precedes the user value
+        def ttl(buf: bytes, pos: int) -> tuple[Any, int]:  # the last-access timestamp precedes the user value
             return inner(buf, pos + 8)
 
         return ttl
@@ -422,9 +422,10 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         return build_decoder(desc.fields[0][1], unpickle=unpickle)
     if kind == "raw_value":
         inner_desc = desc.fields[0][1]
-        inner = None if inner_desc.raw_reasons() else build_decoder(inner_desc, unpickle=unpickle)
+        # the name is reused (a Decoder above): None means bytes kept raw
+        inner = None if inner_desc.raw_reasons() else build_decoder(inner_desc, unpickle=unpickle)  # type: ignore[assignment]
 
-        def raw_value(buf, pos):
+        def raw_value(buf: bytes, pos: int) -> tuple[Any, int]:
             data, end = _framed_bytes(buf, pos)
             if inner is None:
                 return data, end
@@ -440,7 +441,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
     if kind == "generic_array":
         element = build_decoder(desc.fields[0][1], unpickle=unpickle)
 
-        def generic_array(buf, pos):
+        def generic_array(buf: bytes, pos: int) -> tuple[list[Any], int]:
             n, pos = read_count(buf, pos)  # each element has at least its null flag
             out = []
             for _ in range(n):
@@ -456,7 +457,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         key = build_decoder(desc.child("key"), unpickle=unpickle)
         value = build_decoder(desc.child("value"), unpickle=unpickle)
 
-        def map_(buf, pos):
+        def map_(buf: bytes, pos: int) -> tuple[list[tuple[Any, Any]], int]:
             n, pos = read_count(buf, pos, "map entry count")  # each entry has at least its null flag
             out = []
             for _ in range(n):
@@ -473,7 +474,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
     if kind == "enum":
         constants = desc.attr("constants", ())
 
-        def enum(buf, pos):
+        def enum(buf: bytes, pos: int) -> tuple[Any, int]:
             ordinal = _BE_I32(buf, pos)[0]
             if not 0 <= ordinal < len(constants):
                 raise DecodeError(f"enum ordinal {ordinal} outside 0..{len(constants) - 1}")
@@ -498,7 +499,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         key = build_decoder(desc.child("key"), unpickle=unpickle)
         value = build_decoder(desc.child("value"), unpickle=unpickle)
 
-        def entry(buf, pos):
+        def entry(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
             k, pos = key(buf, pos)
             v, pos = value(buf, pos)
             return {"key": k, "value": v}, pos
@@ -508,7 +509,7 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
 
 
 def _counted(element: Decoder) -> Decoder:
-    def counted(buf, pos):
+    def counted(buf: bytes, pos: int) -> tuple[list[Any], int]:
         n, pos = read_count(buf, pos)
         out = []
         for _ in range(n):
@@ -535,7 +536,7 @@ def _primitive_array(element_kind: str) -> Decoder:
     code = _PRIMITIVE_ARRAY_CODES[element_kind]
     size = struct.calcsize(code)
 
-    def primitive_array(buf, pos):
+    def primitive_array(buf: bytes, pos: int) -> tuple[list[Any], int]:
         n, pos = read_count(buf, pos, min_size=size)
         values = list(struct.unpack_from(f">{n}{code}", buf, pos))
         if element_kind == "char":
@@ -555,7 +556,7 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
     if kind == "either":
         left, right = decoders
 
-        def either(buf, pos):
+        def either(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
             if buf[pos]:
                 value, pos = left(buf, pos + 1)
                 return {"left": value, "right": None}, pos
@@ -566,7 +567,7 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
     if kind == "pojo":
         pojo_class = desc.attr("class")
 
-        def pojo(buf, pos):
+        def pojo(buf: bytes, pos: int) -> tuple[dict[str, Any] | None, int]:
             flags = buf[pos]
             pos += 1
             if flags & POJO_NULL:
@@ -576,7 +577,7 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
                     f"a subclass instance of POJO {pojo_class} (flags 0x{flags:02x}); only exact POJO "
                     f"instances are decoded"
                 )
-            out = {}
+            out: dict[str, Any] = {}
             for name, decode in pairs:
                 if buf[pos]:
                     out[name] = None
@@ -592,7 +593,7 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
 def fields_decoder(pairs: list[tuple[str, Decoder]]) -> Decoder:
     """Fields written one after the other, no null support (Tuple)."""
 
-    def fields(buf, pos):
+    def fields(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
         out = {}
         for name, decode in pairs:
             out[name], pos = decode(buf, pos)
@@ -606,10 +607,10 @@ def masked_fields_decoder(pairs: list[tuple[str, Decoder]], skip_bits: int) -> D
     mask_bytes = (len(pairs) + skip_bits + 7) // 8
     bit_positions = [(((i + skip_bits) // 8), 0x80 >> ((i + skip_bits) % 8)) for i in range(len(pairs))]
 
-    def row(buf, pos):
+    def row(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
         mask_at = pos
         pos += mask_bytes
-        out = {}
+        out: dict[str, Any] = {}
         for (name, decode), (byte, bit) in zip(pairs, bit_positions):
             if buf[mask_at + byte] & bit:
                 out[name] = None
@@ -621,7 +622,7 @@ def masked_fields_decoder(pairs: list[tuple[str, Decoder]], skip_bits: int) -> D
 
 
 def _pickled(unpickle: bool, strict: bool = False) -> Decoder:
-    def pickled(buf, pos):
+    def pickled(buf: bytes, pos: int) -> tuple[str, int]:
         data, pos = _framed_bytes(buf, pos)
         if strict and unpickle:
             check_pickle_header(data)
@@ -654,7 +655,7 @@ class _PyFlinkUnpickler(pickle.Unpickler):
     """pickle.Unpickler that reads a ``pyflink.common.Row`` (``Row.__reduce__``: ``_create_row(fields,
     values, RowKind)``) as a dict, named by field or f0, f1, ..., without pyflink installed."""
 
-    def find_class(self, module, name):
+    def find_class(self, module: str, name: str) -> Any:
         if module == "pyflink.common.types" and name == "_create_row":
             return _row_as_dict
         if module == "pyflink.common.types" and name == "RowKind":
@@ -662,7 +663,7 @@ class _PyFlinkUnpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def _row_as_dict(fields, values, row_kind=None):
+def _row_as_dict(fields: Sequence[str] | None, values: Sequence[Any], row_kind: int | None = None) -> dict[str, Any]:
     return dict(zip(fields, values)) if fields else {f"f{i}": v for i, v in enumerate(values)}
 
 
@@ -684,7 +685,7 @@ def build_key_decoder(key: TypeDescriptor) -> Decoder:
         return decoder
     name = key.fields[0][0]
 
-    def single(buf, pos):
+    def single(buf: bytes, pos: int) -> tuple[Any, int]:
         row, pos = decoder(buf, pos)
         return row[name], pos
 

@@ -19,13 +19,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from statecat.readers.arrow_types import state_schema
 from statecat.readers.keyview import decode_key_group, select_states
 from statecat.readers.scan import KeyedStateScanner, scanner_for
 from statecat.statemeta.errors import StatecatError, UnsupportedError
-from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
+from statecat.statemeta.model import KeyedLocation, OperatorMeta, StateInfo, StateMeta, load_state_meta
 from statecat.statemeta.naming import stable_state_names
+from statecat.statemeta.types import TypeDescriptor
 
 ADDED, REMOVED, CHANGED = "added", "removed", "changed"
 COMPARED, NOT_COMPARED, ONLY_IN_A, ONLY_IN_B = "compared", "not compared", "only in A", "only in B"
@@ -130,7 +132,8 @@ class SavepointDiff:
     # -- keyed states: key-group by key-group
 
     def _keyed_changes(self, entry: StateDiff) -> Iterator[Change]:
-        (op_a, state_a), (op_b, state_b) = entry.a, entry.b
+        # A compared state is on both sides.
+        (op_a, state_a), (op_b, state_b) = cast("tuple[tuple[OperatorMeta, StateInfo], ...]", (entry.a, entry.b))
         side_a = _key_groups(self.a, op_a, state_a, self.unpickle)
         side_b = _key_groups(self.b, op_b, state_b, self.unpickle)
         timers = entry.kind == "timer"
@@ -138,24 +141,31 @@ class SavepointDiff:
         while next_a is not None or next_b is not None:
             group_a = next_a[0] if next_a is not None else None
             group_b = next_b[0] if next_b is not None else None
+            # Casts: a side whose key-group is not None has its next item.
             if group_b is None or (group_a is not None and group_a < group_b):
-                group, rows_a, rows_b = group_a, next_a[1], []
+                group, rows_a, rows_b = group_a, cast("tuple[int, list]", next_a)[1], []
                 next_a = next(side_a, None)
             elif group_a is None or group_b < group_a:
-                group, rows_a, rows_b = group_b, [], next_b[1]
+                group, rows_a, rows_b = group_b, [], cast("tuple[int, list]", next_b)[1]
                 next_b = next(side_b, None)
             else:
-                group, rows_a, rows_b = group_a, next_a[1], next_b[1]
+                group, rows_a, rows_b = (
+                    group_a,
+                    cast("tuple[int, list]", next_a)[1],
+                    cast("tuple[int, list]", next_b)[1],
+                )
                 next_a, next_b = next(side_a, None), next(side_b, None)
             yield from self._compare(entry, group, rows_a, rows_b, timers)
 
-    def _compare(self, entry: StateDiff, group, rows_a: list, rows_b: list, exact: bool) -> Iterator[Change]:
+    def _compare(
+        self, entry: StateDiff, group: int | None, rows_a: list, rows_b: list, exact: bool
+    ) -> Iterator[Change]:
         # Timers and operator list elements have no key of their own: the whole row is the identity.
-        def identity(row):
+        def identity(row: dict[str, Any]) -> tuple:
             ident = (comparable(row.get("key")), comparable(row.get("namespace")))
             return ident + (comparable(row["value"]),) if exact else ident
 
-        old = {}
+        old: dict[tuple, list[dict[str, Any]]] = {}
         for row in rows_a:
             ident = identity(row)
             old.setdefault(ident, []).append(row)
@@ -212,7 +222,8 @@ class SavepointDiff:
     # -- operator states: small by nature (Flink holds them in memory on restore), compared whole
 
     def _operator_changes(self, entry: StateDiff) -> Iterator[Change]:
-        (op_a, state_a), (op_b, state_b) = entry.a, entry.b
+        # A compared state is on both sides.
+        (op_a, state_a), (op_b, state_b) = cast("tuple[tuple[OperatorMeta, StateInfo], ...]", (entry.a, entry.b))
         rows_a = _operator_rows(self.a, op_a, state_a, self.unpickle)
         rows_b = _operator_rows(self.b, op_b, state_b, self.unpickle)
         # List elements are their own identity; broadcast entries are keyed; the coordinator is one blob.
@@ -242,7 +253,9 @@ def diff_savepoints(
     return SavepointDiff(meta_a, meta_b, _match(meta_a, meta_b, chosen_a, chosen_b), unpickle)
 
 
-def _chosen(meta: StateMeta, operators, states) -> list[tuple[OperatorMeta, StateInfo]]:
+def _chosen(
+    meta: StateMeta, operators: Sequence[str] | None, states: Sequence[str] | None
+) -> list[tuple[OperatorMeta, StateInfo]]:
     try:
         return select_states(meta, operators, states)
     except StatecatError:  # named states may exist on one side only
@@ -317,17 +330,20 @@ def incomparable(side_a: tuple[OperatorMeta, StateInfo], side_b: tuple[OperatorM
     return None
 
 
-def _described(desc) -> str:
+def _described(desc: TypeDescriptor | None) -> str:
     return desc.describe() if desc is not None else "-"
 
 
-def _key_groups(meta: StateMeta, op: OperatorMeta, state: StateInfo, unpickle: bool):
+def _key_groups(
+    meta: StateMeta, op: OperatorMeta, state: StateInfo, unpickle: bool
+) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(key-group, rows) of each non-empty key-group of the state, in ascending key-group order.
 
     Locations cover disjoint key-group ranges (one per subtask), so sorting them by their first
     key-group gives the order whatever the job's parallelism."""
-    scanner: KeyedStateScanner = scanner_for(meta, op, state, unpickle=unpickle)
-    for location in sorted(state.locations, key=lambda loc: loc.start_key_group):
+    # A keyed state's scanner and locations.
+    scanner = cast(KeyedStateScanner, scanner_for(meta, op, state, unpickle=unpickle))
+    for location in sorted(cast("tuple[KeyedLocation, ...]", state.locations), key=lambda loc: loc.start_key_group):
         for key_group, data, file, base in scanner._key_groups(location, None):
             rows = decode_key_group(scanner, location, key_group, data, file, base).to_pylist()
             if rows:
@@ -339,7 +355,7 @@ def _operator_rows(meta: StateMeta, op: OperatorMeta, state: StateInfo, unpickle
     rows = [row for batch in scanner.batches() for row in batch.to_pylist()]
     if state.kind == "broadcast":
         # Every subtask holds the same copy: one row per entry key, keyed like a map.
-        entries = {}
+        entries: dict[Any, dict[str, Any]] = {}
         for row in rows:
             entries.setdefault(comparable(row["value"]["key"]), row["value"])
         return [{"key": v["key"], "namespace": None, "value": v["value"]} for v in entries.values()]
@@ -347,7 +363,7 @@ def _operator_rows(meta: StateMeta, op: OperatorMeta, state: StateInfo, unpickle
     return [{"key": None, "namespace": None, "value": row["value"]} for row in rows]
 
 
-def comparable(value):
+def comparable(value: Any) -> Any:
     """A hashable form of a decoded value in which equal state values are equal: maps (Arrow's lists of
     pairs, dicts) ignore entry order, lists keep it; NaN equals NaN."""
     if isinstance(value, dict):

@@ -10,6 +10,7 @@ per-record decoders in ``scan.py``; both give the same rows (tested).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numba
 import numpy as np
@@ -43,7 +44,7 @@ SLOT_DTYPES = {
     "FLOAT": np.dtype("<f4"),
     "DOUBLE": np.dtype("<f8"),
 }
-JAVA_DTYPES = {
+JAVA_DTYPES: dict[str, np.dtype] = {
     "long": np.dtype(">i8"),
     "int": np.dtype(">i4"),
     "short": np.dtype(">i2"),
@@ -55,8 +56,16 @@ JAVA_DTYPES = {
 
 @numba.njit(cache=True, nogil=True)
 def walk_key_group_all(
-    buf, state_count, prefix, key_group, state_of, key_at, key_len, val_at, val_len
-):  # pragma: no cover - compiled
+    buf: np.ndarray,
+    state_count: int,
+    prefix: int,
+    key_group: int,
+    state_of: np.ndarray,
+    key_at: np.ndarray,
+    key_len: np.ndarray,
+    val_at: np.ndarray,
+    val_len: np.ndarray,
+) -> tuple[int, int, int]:  # pragma: no cover - compiled
     """Positions of the entries of every state in one key-group, with each entry's state id in
     ``state_of``; returns (count, error, error position).
 
@@ -121,7 +130,9 @@ def walk_key_group_all(
 
 
 @numba.njit(cache=True, nogil=True)
-def java_ascii_column(buf, at, end, offsets, data, stops):  # pragma: no cover - compiled
+def java_ascii_column(
+    buf: np.ndarray, at: np.ndarray, end: np.ndarray, offsets: np.ndarray, data: np.ndarray, stops: np.ndarray
+) -> int:  # pragma: no cover - compiled
     """StringValue strings whose length and characters are all single-byte varints (ASCII), copied
     into an Arrow string column (``offsets``, ``data``) in the same pass that checks them.
 
@@ -157,7 +168,9 @@ def java_ascii_column(buf, at, end, offsets, data, stops):  # pragma: no cover -
 
 
 @numba.njit(cache=True, nogil=True)
-def _gather(buf, at, end, width, out):  # pragma: no cover - compiled
+def _gather(
+    buf: np.ndarray, at: np.ndarray, end: np.ndarray, width: int, out: np.ndarray
+) -> int:  # pragma: no cover - compiled
     """Copies ``width`` bytes at each ``at[i]``; returns the first index whose bytes would pass
     ``end[i]`` or the buffer (nothing read for it), else -1."""
     size = buf.shape[0]
@@ -171,7 +184,9 @@ def _gather(buf, at, end, width, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _copy_ranges(buf, starts, lengths, offsets, out):  # pragma: no cover - compiled
+def _copy_ranges(
+    buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray, offsets: np.ndarray, out: np.ndarray
+) -> int:  # pragma: no cover - compiled
     """Copies each range to its offset in ``out``; returns the first index out of bounds, else -1."""
     size = buf.shape[0]
     room = out.shape[0]
@@ -187,7 +202,7 @@ def _copy_ranges(buf, starts, lengths, offsets, out):  # pragma: no cover - comp
 
 
 @numba.njit(cache=True, nogil=True)
-def run_starts(buf, at, end, out):  # pragma: no cover - compiled
+def run_starts(buf: np.ndarray, at: np.ndarray, end: np.ndarray, out: np.ndarray) -> int:  # pragma: no cover - compiled
     """Marks in ``out`` each entry whose bytes ``at[i]:end[i]`` differ from the previous entry's
     (the first byte compared without Flink's "meta data follows" flag bit, 0x80): where a MapState
     row (entries sharing key-group, key and namespace bytes) starts. Returns the first index whose
@@ -215,7 +230,9 @@ def run_starts(buf, at, end, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def list_fixed_elements(buf, at, end, width, counts, starts):  # pragma: no cover - compiled
+def list_fixed_elements(
+    buf: np.ndarray, at: np.ndarray, end: np.ndarray, width: int, counts: np.ndarray, starts: np.ndarray
+) -> int:  # pragma: no cover - compiled
     """Elements of ``width`` bytes separated by the delimiter 0x2C, per value ``at[i]:end[i]``:
     counts per value, and each element's position in ``starts`` (room for every byte). Returns the
     first value that does not split exactly (or lies outside ``buf``), else -1."""
@@ -246,7 +263,9 @@ def list_fixed_elements(buf, at, end, width, counts, starts):  # pragma: no cove
 
 
 @numba.njit(cache=True, nogil=True)
-def list_ascii_strings(buf, at, end, counts, starts, lengths):  # pragma: no cover - compiled
+def list_ascii_strings(
+    buf: np.ndarray, at: np.ndarray, end: np.ndarray, counts: np.ndarray, starts: np.ndarray, lengths: np.ndarray
+) -> int:  # pragma: no cover - compiled
     """StringValue elements (ASCII, non-null) separated by 0x2C, per value ``at[i]:end[i]``.
     Returns the first value that is not such a list (or lies outside ``buf``), else -1."""
     size = buf.shape[0]
@@ -284,7 +303,15 @@ def list_ascii_strings(buf, at, end, counts, starts, lengths):  # pragma: no cov
 
 
 @numba.njit(cache=True, nogil=True)
-def _binary_rows(buf, at, end, header, sizes, slots, nulls):  # pragma: no cover - compiled
+def _binary_rows(
+    buf: np.ndarray,
+    at: np.ndarray,
+    end: np.ndarray,
+    header: int,
+    sizes: np.ndarray,
+    slots: np.ndarray,
+    nulls: np.ndarray,
+) -> int:  # pragma: no cover - compiled
     """Binary rows (i32 size, null bits, 8-byte slots) at ``at[i]``, each within ``end[i]``: their
     sizes, each field's slot as a little-endian integer (``slots[field, row]``) and null bit.
     Returns the first row whose size does not hold the fixed part or whose bytes pass its end or
@@ -314,7 +341,15 @@ def _binary_rows(buf, at, end, header, sizes, slots, nulls):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
-def _binary_strings(raw, slot, base, row_end, nulls, starts, lengths):  # pragma: no cover - compiled
+def _binary_strings(
+    raw: np.ndarray,
+    slot: np.ndarray,
+    base: np.ndarray,
+    row_end: np.ndarray,
+    nulls: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+) -> int:  # pragma: no cover - compiled
     """Where each string/binary field's bytes are: inline in its slot (top bit set, length in the
     next 7 bits) or at an offset from the row's start with a length. Returns the first row whose
     bytes would pass its row's end (or an inline length over 7), else -1. Null fields: empty."""
@@ -473,7 +508,7 @@ class ColumnExtractor:
         mode: str = "value",
         user_key: ColumnPlan | None = None,
         value_arrow: pa.DataType | None = None,
-    ):
+    ) -> None:
         """``mode``: "value" (one value per entry), "timer" (timestamp, key and namespace all in
         the entry's key), "map" (MapState: the user key after the namespace, a null flag before the
         value; consecutive entries of one key and namespace make one row) or "list" (ListState:
@@ -485,20 +520,25 @@ class ColumnExtractor:
         self.user_key = user_key
         self.value_arrow = value_arrow
 
-    def extract(self, buf: np.ndarray, key_at, key_len, val_at, val_len):
+    def extract(
+        self, buf: np.ndarray, key_at: np.ndarray, key_len: np.ndarray, val_at: np.ndarray, val_len: np.ndarray
+    ) -> tuple[pa.Array, pa.Array, pa.Array] | None:
         """(key, namespace, value) arrays, or None when some entry needs the general decoder."""
         mode = self.mode
         key_start = key_at + (self.prefix + (8 if mode == "timer" else 0))  # one whole-array add
         key_end = key_at + key_len
+        # casts: a column's stops are set whenever its array is; the value plan, in every mode but "timer"
         key_array, key_stop = self._column(self.key, buf, key_start, key_end)
         if key_array is None:
             return None
-        ns_array, ns_stop = self._column(self.namespace, buf, key_stop, key_end)
+        ns_array, ns_stop = self._column(self.namespace, buf, cast(np.ndarray, key_stop), key_end)
         if ns_array is None:
             return None
         if mode == "map":
-            return self._map(buf, key_at, key_end, ns_stop, val_at, val_at + val_len, key_array, ns_array)
-        if not np.array_equal(ns_stop, key_end):
+            return self._map(
+                buf, key_at, key_end, cast(np.ndarray, ns_stop), val_at, val_at + val_len, key_array, ns_array
+            )
+        if not np.array_equal(cast(np.ndarray, ns_stop), key_end):
             return None
         if mode == "timer":  # Flink flips the sign bit so timers sort by time as unsigned bytes
             raw = gather(buf, key_at + self.prefix, 8, key_end)
@@ -510,21 +550,32 @@ class ColumnExtractor:
         if mode == "list":
             value_array = self._list(buf, val_at, value_end)
             return None if value_array is None else (key_array, ns_array, value_array)
-        value_array, value_stop = self._column(self.value, buf, val_at, value_end)
-        if value_array is None or not np.array_equal(value_stop, value_end):
+        value_array, value_stop = self._column(cast(ColumnPlan, self.value), buf, val_at, value_end)
+        if value_array is None or not np.array_equal(cast(np.ndarray, value_stop), value_end):
             return None
         return key_array, ns_array, value_array
 
-    def _map(self, buf, key_at, key_end, ns_stop, val_at, val_end, key_array, ns_array):
+    def _map(
+        self,
+        buf: np.ndarray,
+        key_at: np.ndarray,
+        key_end: np.ndarray,
+        ns_stop: np.ndarray,
+        val_at: np.ndarray,
+        val_end: np.ndarray,
+        key_array: pa.Array,
+        ns_array: pa.Array,
+    ) -> tuple[pa.Array, pa.Array, pa.Array] | None:
         n = key_at.shape[0]
-        user_keys, user_stop = self._column(self.user_key, buf, ns_stop, key_end)
-        if user_keys is None or not np.array_equal(user_stop, key_end):
+        # casts: map mode has both plans; a column's stops are set whenever its array is
+        user_keys, user_stop = self._column(cast(ColumnPlan, self.user_key), buf, ns_stop, key_end)
+        if user_keys is None or not np.array_equal(cast(np.ndarray, user_stop), key_end):
             return None
         flags = gather(buf, val_at, 1, val_end)
         if flags is None or (n and flags.any()):
             return None  # null map values: the general decoder reads them
-        values, value_stop = self._column(self.value, buf, val_at + 1, val_end)
-        if values is None or not np.array_equal(value_stop, val_end):
+        values, value_stop = self._column(cast(ColumnPlan, self.value), buf, val_at + 1, val_end)
+        if values is None or not np.array_equal(cast(np.ndarray, value_stop), val_end):
             return None
         starts = np.empty(n, dtype=np.bool_)
         if run_starts(buf, key_at, ns_stop, starts) != -1:
@@ -534,9 +585,9 @@ class ColumnExtractor:
         maps = pa.MapArray.from_arrays(offsets, user_keys, values, type=self.value_arrow)
         return key_array.take(rows), ns_array.take(rows), maps
 
-    def _list(self, buf, at, end):
+    def _list(self, buf: np.ndarray, at: np.ndarray, end: np.ndarray) -> pa.Array | None:
         n = at.shape[0]
-        plan = self.value
+        plan = cast(ColumnPlan, self.value)  # list mode plans the elements
         room = int((end - at).sum()) + 1  # every element takes at least one byte
         counts = np.zeros(n, dtype=np.int64)
         starts = np.empty(room, dtype=np.int64)
@@ -562,7 +613,9 @@ class ColumnExtractor:
         np.cumsum(counts, out=offsets[1:])
         return pa.ListArray.from_arrays(pa.array(offsets), elements, type=self.value_arrow)
 
-    def _column(self, plan: ColumnPlan, buf, at, end):
+    def _column(
+        self, plan: ColumnPlan, buf: np.ndarray, at: np.ndarray, end: np.ndarray
+    ) -> tuple[pa.Array | None, np.ndarray | None]:
         """The column and, per entry, the position after its bytes ((None, None) if not decodable
         here). ``end`` bounds each entry's bytes: nothing at or past it is read."""
         kind = plan.kind
@@ -603,7 +656,9 @@ class ColumnExtractor:
             return self._java_struct(plan, buf, at, end)
         return self._binary_row(plan, buf, at, end)
 
-    def _java_struct(self, plan: ColumnPlan, buf, at, end):
+    def _java_struct(
+        self, plan: ColumnPlan, buf: np.ndarray, at: np.ndarray, end: np.ndarray
+    ) -> tuple[pa.Array | None, np.ndarray | None]:
         """A Row without null fields (its mask bits all clear) or a Tuple: fields in sequence."""
         n = at.shape[0]
         pos = at
@@ -621,7 +676,7 @@ class ColumnExtractor:
             pos = at + mask_bytes
         arrays = []
         for field in plan.fields:
-            array, pos = self._column(field, buf, pos, end)
+            array, pos = self._column(field, buf, pos, end)  # type: ignore[assignment]  # pos is set whenever array is
             if array is None:
                 return None, None
             arrays.append(array)
@@ -629,7 +684,9 @@ class ColumnExtractor:
             return arrays[0], pos
         return pa.StructArray.from_arrays(arrays, fields=list(plan.arrow)), pos
 
-    def _binary_row(self, plan: ColumnPlan, buf, at, end):
+    def _binary_row(
+        self, plan: ColumnPlan, buf: np.ndarray, at: np.ndarray, end: np.ndarray
+    ) -> tuple[pa.Array | None, np.ndarray | None]:
         n = at.shape[0]
         fields = plan.desc.fields
         arity = len(fields)
@@ -682,13 +739,13 @@ class ColumnExtractor:
         return pa.StructArray.from_arrays(arrays, fields=list(plan.arrow)), row_end
 
 
-def _outside(values: np.ndarray, mask, nulls: np.ndarray, low: int, high: int) -> bool:
+def _outside(values: np.ndarray, mask: np.ndarray | None, nulls: np.ndarray, low: int, high: int) -> bool:
     """Whether a non-null value lies outside [low, high] (one vector pass each way)."""
     live = values if mask is None else values[~nulls]
     return bool(live.size) and (live.min() < low or live.max() > high)
 
 
-def _decimal_from_unscaled(unscaled: np.ndarray, mask, arrow: pa.DataType) -> pa.Array:
+def _decimal_from_unscaled(unscaled: np.ndarray, mask: np.ndarray | None, arrow: pa.DataType) -> pa.Array:
     # Arrow casts integers to decimals exactly (scale 0); the scale is then applied by a view of
     # the same 128-bit integers under the target type.
     as_decimal = pa.array(unscaled, type=pa.int64()).cast(pa.decimal128(38, 0))

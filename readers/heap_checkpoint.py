@@ -23,6 +23,7 @@ snappy chunks to the next stream identifier (compressed).
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING, Any, cast
 
 from statecat.readers.decoders import TIMER_TIMESTAMP_FLIP, DecodeError, build_decoder, build_key_decoder
 from statecat.readers.scan import DECODE_FAILURES, _hashable, decompress_snappy_framed
@@ -30,6 +31,10 @@ from statecat.statemeta.errors import FormatError, UnsupportedError
 from statecat.statemeta.headers import SNAPPY_STREAM_IDENTIFIER
 from statecat.statemeta.model import KeyedLocation, StateInfo
 from statecat.statemeta.types import TypeDescriptor
+
+if TYPE_CHECKING:
+    from statecat.readers.decoders import Decoder
+    from statecat.readers.scan import KeyedStateScanner
 
 _I32 = struct.Struct(">i").unpack_from
 _U16 = struct.Struct(">H").unpack_from
@@ -39,7 +44,7 @@ SNAPPY_STREAM_IDENTIFIER_TYPE = 0xFF
 TIMER_MIN_BYTES = 8  # the timestamp alone
 
 
-def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool):
+def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool) -> Decoder:
     """A function (buf, pos) -> ((key, namespace, value), pos) for one entry of the state's section.
 
     Raises UnsupportedError when some part has no decoder: heap entries are not framed, so an
@@ -57,7 +62,12 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool):
                 f"the {what} of state {state.name!r} cannot be decoded ({reasons}), and heap "
                 f"checkpoint entries are not length-framed"
             )
-    key = build_key_decoder(state.key) if output_keys else build_decoder(state.key)
+    # Casts: the loop above raised if the key had no type.
+    key = (
+        build_key_decoder(cast(TypeDescriptor, state.key))
+        if output_keys
+        else build_decoder(cast(TypeDescriptor, state.key))
+    )
     namespace = build_decoder(namespace_desc, unpickle=unpickle)
     if state.kind == "timer":
         if state.value.kind == "raw":
@@ -66,7 +76,7 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool):
                 f"decode, and heap checkpoint elements are not length-framed"
             )
 
-        def timer(buf, pos):
+        def timer(buf: bytes, pos: int) -> tuple[tuple[Any, Any, int], int]:
             if pos + TIMER_MIN_BYTES > len(buf):
                 raise DecodeError("timer element shorter than its 8-byte timestamp")
             # TimerSerializer flips the sign bit so that timers sort by time as unsigned bytes.
@@ -78,7 +88,7 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool):
         return timer
     value = build_decoder(state.value, unpickle=unpickle)
 
-    def entry(buf, pos):
+    def entry(buf: bytes, pos: int) -> tuple[tuple[Any, Any, Any], int]:
         n, pos = namespace(buf, pos)  # the namespace is written before the key
         k, pos = key(buf, pos)
         v, pos = value(buf, pos)
@@ -90,16 +100,16 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool):
 class HeapKeyGroupDecoder:
     """Decodes one state's entries out of heap-checkpoint key-groups (the scanner's per-record path)."""
 
-    def __init__(self, scanner, unpickle: bool = False):
+    def __init__(self, scanner: KeyedStateScanner, unpickle: bool = False) -> None:
         self.scanner = scanner
         self.unpickle = unpickle
         self.state = scanner.state
         self.decode_entry = _entry_decoder(self.state, unpickle, output_keys=True)
-        self._skippers: dict[tuple, dict[int, object]] = {}
+        self._skippers: dict[tuple, dict[int, tuple[str, Decoder | str]]] = {}
 
     # -- the other states of a stream, to step over their sections
 
-    def _skipper(self, location: KeyedLocation, state_id: int):
+    def _skipper(self, location: KeyedLocation, state_id: int) -> tuple[str, Decoder | str] | None:
         """The entry decoder of the state with ``state_id`` in the location's stream, or the reason there is none."""
         where = (location.subtask, location.stream)
         table = self._skippers.get(where)
@@ -118,7 +128,14 @@ class HeapKeyGroupDecoder:
     # -- decoding
 
     def decode(
-        self, key_group: int, data: bytes, location: KeyedLocation, columns, file: str, base: int, wanted
+        self,
+        key_group: int,
+        data: bytes,
+        location: KeyedLocation,
+        columns: tuple[list, list, list],
+        file: str,
+        base: int,
+        wanted: set[Any] | None,
     ) -> None:
         """Appends the state's rows of one key-group (its stored bytes, as ``_key_groups`` yields them)."""
         if len(data) < 4:
@@ -142,9 +159,19 @@ class HeapKeyGroupDecoder:
         else:
             self._decode_plain(key_group, data, location, columns, file, base, wanted, state_count)
 
-    def _decode_plain(self, key_group, data, location, columns, file, base, wanted, state_count) -> None:
+    def _decode_plain(
+        self,
+        key_group: int,
+        data: bytes,
+        location: KeyedLocation,
+        columns: tuple[list, list, list],
+        file: str,
+        base: int,
+        wanted: set[Any] | None,
+        state_count: int,
+    ) -> None:
         pos = 4
-        seen = set()
+        seen: set[int] = set()
         for _ in range(state_count):
             state_id, count, pos = self._section_head(key_group, data, pos, state_count, seen, file, base, base)
             if state_id == location.state_id:
@@ -161,7 +188,17 @@ class HeapKeyGroupDecoder:
             "The state file is damaged",
         )
 
-    def _decode_compressed(self, key_group, data, location, columns, file, base, wanted, state_count) -> None:
+    def _decode_compressed(
+        self,
+        key_group: int,
+        data: bytes,
+        location: KeyedLocation,
+        columns: tuple[list, list, list],
+        file: str,
+        base: int,
+        wanted: set[Any] | None,
+        state_count: int,
+    ) -> None:
         sections = self._snappy_sections(key_group, data, file, base)
         if len(sections) != state_count:
             raise self._error(
@@ -170,7 +207,7 @@ class HeapKeyGroupDecoder:
                 base + 4,
                 "The state file is damaged or truncated",
             )
-        seen = set()
+        seen: set[int] = set()
         for start, end in sections:
             section = decompress_snappy_framed(data[start:end], file, base + start)
             state_id, count, pos = self._section_head(
@@ -197,7 +234,7 @@ class HeapKeyGroupDecoder:
     @staticmethod
     def _snappy_sections(key_group: int, data: bytes, file: str, base: int) -> list[tuple[int, int]]:
         """(start, end) of each state's snappy-framed stream: each begins with a stream identifier chunk."""
-        sections = []
+        sections: list[tuple[int, int]] = []
         pos = 4
         while pos < len(data):
             if pos + SNAPPY_CHUNK_HEADER_BYTES > len(data):
@@ -241,7 +278,17 @@ class HeapKeyGroupDecoder:
             pos = end
         return sections
 
-    def _section_head(self, key_group, buf, pos, state_count, seen, file, base, plain_base):
+    def _section_head(
+        self,
+        key_group: int,
+        buf: bytes,
+        pos: int,
+        state_count: int,
+        seen: set[int],
+        file: str,
+        base: int,
+        plain_base: int | None,
+    ) -> tuple[int, int, int]:
         """(state id, entry count, position after them) of the section at ``pos``, checked."""
         if pos + 6 > len(buf):
             raise self._error(
@@ -275,7 +322,18 @@ class HeapKeyGroupDecoder:
             )
         return state_id, count, pos + 6
 
-    def _entries(self, key_group, buf, pos, count, columns, wanted, file, base, plain_base) -> int:
+    def _entries(
+        self,
+        key_group: int,
+        buf: bytes,
+        pos: int,
+        count: int,
+        columns: tuple[list, list, list],
+        wanted: set[Any] | None,
+        file: str,
+        base: int,
+        plain_base: int | None,
+    ) -> int:
         keys, namespaces, values = columns
         decode = self.decode_entry
         at = pos
@@ -299,7 +357,18 @@ class HeapKeyGroupDecoder:
             ) from None
         return pos
 
-    def _skip(self, key_group, buf, pos, count, location, state_id, file, base, plain_base) -> int:
+    def _skip(
+        self,
+        key_group: int,
+        buf: bytes,
+        pos: int,
+        count: int,
+        location: KeyedLocation,
+        state_id: int,
+        file: str,
+        base: int,
+        plain_base: int | None,
+    ) -> int:
         """The position after another state's section."""
         if count == 0:
             return pos
@@ -339,11 +408,13 @@ class HeapKeyGroupDecoder:
         return pos
 
     @staticmethod
-    def _offset(base: int, plain_base, pos: int) -> int:
+    def _offset(base: int, plain_base: int | None, pos: int) -> int:
         """A file offset: exact in plain key-groups; the section's start when ``pos`` counts decompressed bytes."""
         return base + pos if plain_base is not None else base
 
-    def _error(self, message: str, file: str, offset: int, hint: str, within=None) -> FormatError:
+    def _error(
+        self, message: str, file: str, offset: int, hint: str, within: tuple[int | None, int] | None = None
+    ) -> FormatError:
         if within is not None and within[0] is None:
             message += f" (at byte {within[1]} of the decompressed section)"
         return FormatError(

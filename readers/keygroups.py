@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import struct
 from decimal import Decimal
+from typing import Any, cast
 
 import mmh3
 
@@ -41,7 +42,7 @@ def java_string_hash(text: str) -> int:
     return _int32(h)
 
 
-def java_hash(value, desc: TypeDescriptor) -> int:
+def java_hash(value: Any, desc: TypeDescriptor) -> int:
     """Java ``hashCode()`` of a key of the given (serializer) type."""
     kind = desc.kind
     if kind in ("string", "string_data", "char"):
@@ -83,14 +84,14 @@ def java_hash(value, desc: TypeDescriptor) -> int:
     )
 
 
-def key_group_for(value, key_type: TypeDescriptor, max_parallelism: int) -> int:
+def key_group_for(value: Any, key_type: TypeDescriptor, max_parallelism: int) -> int:
     """The key-group Flink assigns ``value`` (as it appears in the ``key`` column) to."""
     if key_column_type(key_type) is not key_type:
         value = {key_type.fields[0][0]: value}
     return murmur_hash(java_hash(value, key_type)) % max_parallelism
 
 
-def serialized_key(value, key_type: TypeDescriptor) -> bytes | None:
+def serialized_key(value: Any, key_type: TypeDescriptor) -> bytes | None:
     """The bytes Flink's key serializer writes for ``value`` (as the ``key`` column shows it), for
     the key types a native RocksDB read can seek to; None for other types (then the reader reads
     the key's whole key-group)."""
@@ -102,7 +103,7 @@ def serialized_key(value, key_type: TypeDescriptor) -> bytes | None:
         return None
 
 
-def _serialized(value, key_type: TypeDescriptor) -> bytes | None:
+def _serialized(value: Any, key_type: TypeDescriptor) -> bytes | None:
     kind = key_type.kind
     if kind in ("row", "tuple"):
         parts = [
@@ -111,15 +112,16 @@ def _serialized(value, key_type: TypeDescriptor) -> bytes | None:
         fields = [b"" if part is None else _serialized(part, field) for part, (_, field) in zip(parts, key_type.fields)]
         if any(f is None for f in fields):
             return None
+        # Casts below: no field is None (returned above).
         if kind == "tuple":
-            return None if any(p is None for p in parts) else b"".join(fields)
+            return None if any(p is None for p in parts) else b"".join(cast("list[bytes]", fields))
         # Row: a null mask (most significant bit first, after the RowKind bits), then the fields.
         skip = ROW_KIND_BITS if key_type.attr("row_kind", False) else 0
         mask = bytearray((len(parts) + skip + 7) // 8)
         for i, part in enumerate(parts):
             if part is None:
                 mask[(i + skip) // 8] |= 0x80 >> ((i + skip) % 8)
-        return bytes(mask) + b"".join(fields)
+        return bytes(mask) + b"".join(cast("list[bytes]", fields))
     if kind in ("string", "string_data"):
         return _string_value(str(value))
     if kind == "long":
@@ -162,7 +164,7 @@ _FIXED_FORMATS = {
 }
 
 
-def encode_binary_row(value, desc: TypeDescriptor) -> bytes:
+def encode_binary_row(value: Any, desc: TypeDescriptor) -> bytes:
     """The BinaryRowData bytes Flink builds for a row of the given logical field types (keys only)."""
     fields = desc.fields
     arity = len(fields)

@@ -20,6 +20,7 @@ import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -37,6 +38,12 @@ from statecat.statemeta.model import (
 )
 from statecat.statemeta.naming import stable_state_names
 from statecat.statemeta.types import TypeDescriptor, key_column_type
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from statecat.readers import SavepointReader
+    from statecat.statemeta.descriptors import DescriptorSource
 
 _STRING_KINDS = ("string", "string_data", "char", "CHAR", "VARCHAR")
 _INT_RANGES = {
@@ -59,7 +66,7 @@ class KeyNotCoercible(ValueError):
     """K cannot be a key of this type; the message says why (shown as a skip reason)."""
 
 
-def coerce_key(value, key_type: TypeDescriptor):
+def coerce_key(value: Any, key_type: TypeDescriptor) -> Any:
     """``value`` as it appears in the ``key`` column of a state keyed by ``key_type``.
 
     Text is parsed for numeric and boolean keys, and as a JSON list or object for composite keys;
@@ -67,7 +74,7 @@ def coerce_key(value, key_type: TypeDescriptor):
     return _coerce(value, key_column_type(key_type))
 
 
-def _coerce(value, t: TypeDescriptor):
+def _coerce(value: Any, t: TypeDescriptor) -> Any:
     kind = t.kind
     if kind in _WRAPPER_KINDS:
         return _coerce(value, t.fields[0][1])
@@ -82,7 +89,7 @@ def _coerce(value, t: TypeDescriptor):
             return str(value)
         raise KeyNotCoercible(f"{value!r} is not text, the key type is {t.describe()}")
     if kind in _INT_RANGES:
-        number = _integer(value, t)
+        number: int | float = _integer(value, t)  # the name holds a float below
         bits = _INT_RANGES[kind]
         if not -(1 << (bits - 1)) <= number < (1 << (bits - 1)):
             raise KeyNotCoercible(f"{number} is out of range of the key type {t.describe()}")
@@ -108,7 +115,7 @@ def _coerce(value, t: TypeDescriptor):
     raise KeyNotCoercible(f"statecat does not look up keys of type {t.describe()}")
 
 
-def _integer(value, t: TypeDescriptor) -> int:
+def _integer(value: Any, t: TypeDescriptor) -> int:
     if isinstance(value, bool):
         raise KeyNotCoercible(f"{value!r} is not an integer, the key type is {t.describe()}")
     if isinstance(value, int):
@@ -123,7 +130,7 @@ def _integer(value, t: TypeDescriptor) -> int:
     raise KeyNotCoercible(f"{value!r} is not an integer, the key type is {t.describe()}")
 
 
-def _coerce_composite(value, t: TypeDescriptor) -> dict:
+def _coerce_composite(value: Any, t: TypeDescriptor) -> dict:
     names = [name for name, _ in t.fields]
     if isinstance(value, str):
         try:
@@ -213,7 +220,7 @@ class KeyView:
     def to_pylist(self) -> list[dict]:
         return [row.as_dict() for row in self.rows]
 
-    def to_pandas(self):
+    def to_pandas(self) -> pd.DataFrame:
         import pandas as pd
 
         return pd.DataFrame(self.to_pylist(), columns=list(KEY_VIEW_COLUMNS))
@@ -270,7 +277,13 @@ def select_states(
     return chosen
 
 
-def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Sequence[str] | None = None) -> KeyView:
+def key_view(
+    reader: SavepointReader,
+    key: Any,
+    *,
+    operators: Sequence[str] | None = None,
+    states: Sequence[str] | None = None,
+) -> KeyView:
     """Every keyed state (values and timers) of ``reader``'s savepoint that holds ``key`` (see ``SavepointReader.key``)."""
     meta = reader.meta
     tables = stable_state_names(meta)
@@ -296,12 +309,16 @@ def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Seq
             view.skipped.append(SkippedState(op.label, op.id, state.name, exc.message, True))
             continue
         try:
-            scanner = scanner_for(meta, op, state, unpickle=reader.unpickle)
+            scanner = cast(KeyedStateScanner, scanner_for(meta, op, state, unpickle=reader.unpickle))  # keyed
         except UnsupportedError as exc:  # a damaged file stays an error, not a state to pass over
             view.skipped.append(SkippedState(op.label, op.id, state.name, exc.message, False))
             continue
         view.states_read += 1
-        location = next((loc for loc in state.locations if loc.holds_key_group(key_group)), None)
+        # A keyed state's locations are keyed ones.
+        location = next(
+            (loc for loc in cast("tuple[KeyedLocation, ...]", state.locations) if loc.holds_key_group(key_group)),
+            None,
+        )
         if location is None or (
             location.native is None and location.offsets[key_group - location.start_key_group] == 0
         ):
@@ -340,7 +357,12 @@ def key_view(reader, key, *, operators: Sequence[str] | None = None, states: Seq
 
 
 def decode_key_group(
-    scanner: KeyedStateScanner, location: KeyedLocation, key_group: int, data: bytes, file: str, base: int
+    scanner: KeyedStateScanner,
+    location: KeyedLocation,
+    key_group: int,
+    data: bytes | memoryview,
+    file: str,
+    base: int,
 ) -> pa.RecordBatch:
     """All rows of one state in one key-group's bytes (as ``KeyedStateScanner._key_groups`` yields them),
     column-wise where the scanner can, else entry by entry."""
@@ -352,7 +374,7 @@ def decode_key_group(
     return scanner._batch(columns)
 
 
-def _rows_of_key(batch: pa.RecordBatch, key, scanner: KeyedStateScanner) -> list[dict]:
+def _rows_of_key(batch: pa.RecordBatch, key: Any, scanner: KeyedStateScanner) -> list[dict]:
     if batch.num_rows == 0:
         return []
     if scanner._filterable_keys():
@@ -363,7 +385,7 @@ def _rows_of_key(batch: pa.RecordBatch, key, scanner: KeyedStateScanner) -> list
     return [row for row in batch.to_pylist() if _hashable(row["key"]) == wanted_key]
 
 
-def key_not_coercible_error(key, views: Iterable[KeyView]) -> LookupFailedError:
+def key_not_coercible_error(key: Any, views: Iterable[KeyView]) -> LookupFailedError:
     reasons = sorted({s.reason for v in views for s in v.skipped if s.coercion})
     shown = "; ".join(reasons[:4]) + (f"; and {len(reasons) - 4} more reasons" if len(reasons) > 4 else "")
     return LookupFailedError(
@@ -401,13 +423,13 @@ def snapshot_time(path: str) -> tuple[dt.datetime | None, str]:
 
 def key_history(
     root: str | Sequence[str],
-    key,
+    key: Any,
     *,
     operators: Sequence[str] | None = None,
     states: Sequence[str] | None = None,
     unpickle: bool = False,
     allowed_roots: Sequence[str] | None = None,
-    descriptors=None,
+    descriptors: DescriptorSource | None = None,
 ) -> list[KeyHistoryEntry]:
     """The key view of ``key`` in every savepoint and checkpoint under ``root`` (or in each path given),
     ordered by when each was taken (checkpoint id, then path, where the time is unknown).
@@ -439,7 +461,7 @@ def key_history(
     return entries
 
 
-def _history_order(entry: KeyHistoryEntry):
+def _history_order(entry: KeyHistoryEntry) -> tuple[bool, dt.datetime, int, str]:
     # Snapshots of unknown time go after the timed ones; equal times by checkpoint id, then path.
     taken = entry.taken_at
     if taken is not None and taken.tzinfo is None:

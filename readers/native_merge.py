@@ -36,7 +36,9 @@ LIST_DELIMITER = 0x2C  # ','
 
 
 @numba.njit(cache=True, nogil=True)
-def _common_prefix(kb, key_start, key_len, run_begin, run_end):  # pragma: no cover - compiled
+def _common_prefix(
+    kb: np.ndarray, key_start: np.ndarray, key_len: np.ndarray, run_begin: np.ndarray, run_end: np.ndarray
+) -> int:  # pragma: no cover - compiled
     """Length of the prefix every key of the runs shares (runs are sorted: first and last keys)."""
     ref = -1
     common = 0
@@ -57,7 +59,7 @@ def _common_prefix(kb, key_start, key_len, run_begin, run_end):  # pragma: no co
 
 
 @numba.njit(cache=True, nogil=True)
-def _below(kb, at, length, bound):  # pragma: no cover - compiled
+def _below(kb: np.ndarray, at: int, length: int, bound: np.ndarray) -> bool:  # pragma: no cover - compiled
     """Whether key kb[at:at+length] sorts before ``bound``."""
     n = length if length < bound.shape[0] else bound.shape[0]
     for i in range(n):
@@ -69,7 +71,9 @@ def _below(kb, at, length, bound):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _first_not_below(kb, key_start, key_len, lo, hi, bound):  # pragma: no cover - compiled
+def _first_not_below(
+    kb: np.ndarray, key_start: np.ndarray, key_len: np.ndarray, lo: int, hi: int, bound: np.ndarray
+) -> int:  # pragma: no cover - compiled
     while lo < hi:
         mid = (lo + hi) // 2
         if _below(kb, key_start[mid], key_len[mid], bound):
@@ -80,7 +84,16 @@ def _first_not_below(kb, key_start, key_len, lo, hi, bound):  # pragma: no cover
 
 
 @numba.njit(cache=True, nogil=True)
-def _bounds(kb, key_start, key_len, run_begin, run_end, lower, upper, has_upper):  # pragma: no cover
+def _bounds(
+    kb: np.ndarray,
+    key_start: np.ndarray,
+    key_len: np.ndarray,
+    run_begin: np.ndarray,
+    run_end: np.ndarray,
+    lower: np.ndarray,
+    upper: np.ndarray,
+    has_upper: bool,
+) -> None:  # pragma: no cover
     for r in range(run_begin.shape[0]):
         begin = _first_not_below(kb, key_start, key_len, run_begin[r], run_end[r], lower)
         end = _first_not_below(kb, key_start, key_len, begin, run_end[r], upper) if has_upper else run_end[r]
@@ -91,7 +104,7 @@ def _bounds(kb, key_start, key_len, run_begin, run_end, lower, upper, has_upper)
 class Runs:
     """The decoded data blocks of several SST files, each file one sorted run, in flat arrays."""
 
-    def __init__(self, runs: list[list]):
+    def __init__(self, runs: list[list]) -> None:
         keys, key_start, key_len, seq, vtype, values, value_start, value_len = ([] for _ in range(8))
         begin, end = [], []
         key_base = value_base = count = 0
@@ -111,14 +124,14 @@ class Runs:
                 count += len(block)
             end.append(count)
 
-        def joined(parts, dtype):
+        def joined(parts: list[np.ndarray], dtype: type[np.generic]) -> np.ndarray:
             return np.concatenate(parts).astype(dtype, copy=False) if parts else np.empty(0, dtype=dtype)
 
         self.keys = joined(keys, np.uint8)
         # The decoded blocks stay apart: resolved() copies them once, into the buffer it returns.
         self.value_parts = values
         self.values_size = value_base
-        self._values = None
+        self._values: np.ndarray | None = None
         self.key_start = joined(key_start, np.int64)
         self.key_len = joined(key_len, np.int64)
         self.value_start = joined(value_start, np.int64)
@@ -148,7 +161,7 @@ class Runs:
             upper is not None,
         )
 
-    def resolved(self):
+    def resolved(self) -> tuple[np.ndarray, ...] | None:
         """The live entries, in key order, as (buffer, key at, key length, value at, value length):
         positions into one buffer holding the decoded keys, the decoded values and the values merge
         operands combine into. None when keys are too long for the sorted path (see ``MAX_SORT_WORDS``)."""
@@ -212,7 +225,9 @@ class Runs:
         return buffer, *(p[:count] for p in positions)
 
 
-def _disjoint_order(keys, key_start, key_len, begin, end) -> list[int] | None:
+def _disjoint_order(
+    keys: np.ndarray, key_start: np.ndarray, key_len: np.ndarray, begin: np.ndarray, end: np.ndarray
+) -> list[int] | None:
     """The runs (files) in key order when no two hold a common user key range, else None."""
     spans = []
     for r in range(begin.shape[0]):
@@ -234,7 +249,7 @@ def _disjoint_order(keys, key_start, key_len, begin, end) -> list[int] | None:
 class MergeFailure(Exception):
     """The merge met an entry it cannot take: ``error`` (MERGE_ERRORS) and the entry's value type."""
 
-    def __init__(self, error: int, value_type: int):
+    def __init__(self, error: int, value_type: int) -> None:
         super().__init__(MERGE_ERRORS[error])
         self.error = error
         self.value_type = value_type
@@ -244,7 +259,7 @@ MAX_SORT_WORDS = 64  # keys up to 512 bytes after their shared prefix are sorted
 
 
 @numba.njit(cache=True, nogil=True)
-def _live_indexes(run_begin, run_end):  # pragma: no cover - compiled
+def _live_indexes(run_begin: np.ndarray, run_end: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     total = 0
     for r in range(run_begin.shape[0]):
         total += max(0, run_end[r] - run_begin[r])
@@ -258,7 +273,9 @@ def _live_indexes(run_begin, run_end):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _heads_of(kb, key_start, key_len, idx, skip, heads):  # pragma: no cover - compiled
+def _heads_of(
+    kb: np.ndarray, key_start: np.ndarray, key_len: np.ndarray, idx: np.ndarray, skip: int, heads: np.ndarray
+) -> None:  # pragma: no cover - compiled
     words = heads.shape[1]
     for row in range(idx.shape[0]):
         i = idx[row]
@@ -273,7 +290,16 @@ def _heads_of(kb, key_start, key_len, idx, skip, heads):  # pragma: no cover - c
 
 
 @numba.njit(cache=True, nogil=True)
-def _live_sizes(idx, key_start, key_len, value_start, value_len, vtype, keys_size, values_size):  # pragma: no cover
+def _live_sizes(
+    idx: np.ndarray,
+    key_start: np.ndarray,
+    key_len: np.ndarray,
+    value_start: np.ndarray,
+    value_len: np.ndarray,
+    vtype: np.ndarray,
+    keys_size: int,
+    values_size: int,
+) -> tuple[int, bool]:  # pragma: no cover
     """(longest key, whether any is a merge operand) of the entries ``idx``; (-1, False) when
     one lies outside its decoded arrays."""
     longest = 0
@@ -292,7 +318,9 @@ def _live_sizes(idx, key_start, key_len, value_start, value_len, vtype, keys_siz
 
 
 @numba.njit(cache=True, nogil=True)
-def _before(heads, key_len, seq, idx, a, b):  # pragma: no cover - compiled
+def _before(
+    heads: np.ndarray, key_len: np.ndarray, seq: np.ndarray, idx: np.ndarray, a: int, b: int
+) -> bool:  # pragma: no cover - compiled
     """Whether row a (entry idx[a]) sorts before row b in internal-key order."""
     for w in range(heads.shape[1]):
         x = heads[a, w]
@@ -307,7 +335,9 @@ def _before(heads, key_len, seq, idx, a, b):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _merge_runs(heads, key_len, seq, idx, run_lengths):  # pragma: no cover - compiled
+def _merge_runs(
+    heads: np.ndarray, key_len: np.ndarray, seq: np.ndarray, idx: np.ndarray, run_lengths: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
     """The order of rows 0..n-1 (laid out as consecutive sorted runs of ``run_lengths``) in
     internal-key order: adjacent runs merged pairwise until one is left; stable (on a tie the
     earlier run's row comes first)."""
@@ -359,7 +389,9 @@ def _merge_runs(heads, key_len, seq, idx, run_lengths):  # pragma: no cover - co
 
 
 @numba.njit(cache=True, nogil=True)
-def _same_key(heads, key_len, ordered, a, b):  # pragma: no cover - compiled
+def _same_key(
+    heads: np.ndarray, key_len: np.ndarray, ordered: np.ndarray, a: int, b: int
+) -> bool:  # pragma: no cover - compiled
     """Whether rows a and b (entries ordered[a], ordered[b]) have the same user key."""
     if key_len[ordered[a]] != key_len[ordered[b]]:
         return False
@@ -371,23 +403,23 @@ def _same_key(heads, key_len, ordered, a, b):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def _resolve(
-    ordered,
-    heads,
-    key_start,
-    key_len,
-    vtype,
-    vb,
-    value_start,
-    value_len,
-    key_base,
-    value_base,
-    extra_base,
-    extra,
-    key_at,
-    key_ln,
-    value_at,
-    value_ln,
-):  # pragma: no cover - compiled
+    ordered: np.ndarray,
+    heads: np.ndarray,
+    key_start: np.ndarray,
+    key_len: np.ndarray,
+    vtype: np.ndarray,
+    vb: np.ndarray,
+    value_start: np.ndarray,
+    value_len: np.ndarray,
+    key_base: int,
+    value_base: int,
+    extra_base: int,
+    extra: np.ndarray,
+    key_at: np.ndarray,
+    key_ln: np.ndarray,
+    value_at: np.ndarray,
+    value_ln: np.ndarray,
+) -> tuple[int, int, int, int]:  # pragma: no cover - compiled
     """Newest version of each key (versions sorted newest first): a Put's value, nothing for a
     deletion, merge operands over the version below them joined by ','. Returns (entries,
     extra bytes used, error code, offending entry)."""

@@ -16,6 +16,7 @@ import io
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from statecat.readers.native_merge import MERGE_UNSUPPORTED_TYPE, MergeFailure, Runs
 from statecat.readers.sst import ColumnFamilyView, SstFile
@@ -25,6 +26,11 @@ from statecat.statemeta.headers import open_stream
 from statecat.statemeta.metadata import FileStream, InlineStream, NativeRocksDBHandle, RocksDBFile
 from statecat.statemeta.model import KeyedLocation
 from statecat.statemeta.storage import Storage
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from statecat.statemeta.storage import StateFile
 
 # The canonical key-group framing of readers/scan.py: a state run ends with its last key's first
 # byte flagged and the 0xFFFF end marker.
@@ -50,7 +56,7 @@ def key_group_prefix(key_group: int, prefix_bytes: int) -> bytes:
 class NativeInstance:
     """The SST files of one RocksDB handle, with the column family each belongs to."""
 
-    def __init__(self, storage: Storage, handle: NativeRocksDBHandle, *, verify_checksums: bool = True):
+    def __init__(self, storage: Storage, handle: NativeRocksDBHandle, *, verify_checksums: bool = True) -> None:
         self.storage = storage
         self.handle = handle
         self.verify_checksums = verify_checksums
@@ -96,21 +102,22 @@ def _column_families_cached(key: _StorageKey, handle: NativeRocksDBHandle) -> tu
         sst, source = _open_sst(key.storage, file, True)
         with source:
             name = sst.column_family
-        refs.append(_SstRef(file, _display(key.storage, file), name))
+        # ignore: a file without a text name (no or damaged properties) matches no state, silently.
+        refs.append(_SstRef(file, _display(key.storage, file), name))  # type: ignore[arg-type]
     return tuple(refs)
 
 
 class _StorageKey:
     """A storage as a cache key (pyarrow filesystems are not hashable): its URI, directory and roots."""
 
-    def __init__(self, storage: Storage):
+    def __init__(self, storage: Storage) -> None:
         self.storage = storage
         self._identity = (storage.uri, storage.directory, storage.allowed_roots)
 
-    def __hash__(self):
+    def __hash__(self) -> int:
         return hash(self._identity)
 
-    def __eq__(self, other):
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, _StorageKey) and self._identity == other._identity
 
 
@@ -121,10 +128,13 @@ def _display(storage: Storage, file: RocksDBFile) -> str:
     return f"{storage.display(stream.path)} ({file.name})"
 
 
-def _open_sst(storage, file: RocksDBFile, verify_checksums: bool):
+def _open_sst(
+    storage: Storage, file: RocksDBFile, verify_checksums: bool
+) -> tuple[SstFile, StateFile | _Window | io.BytesIO]:
     """An SstFile over the file's bytes, and the source to close afterwards."""
     size = file.stream.size
     display = _display(storage, file)
+    source: StateFile | _Window | io.BytesIO
     if isinstance(file.stream, FileStream) and file.stream.start == 0:
         # SST reads jump between footer, index and data blocks: a small buffer reads little more.
         source = storage.open(file.stream.path, buffer_size=SST_READ_BUFFER)
@@ -155,23 +165,23 @@ def _open_sst(storage, file: RocksDBFile, verify_checksums: bool):
 class _Window(io.RawIOBase):
     """Bytes [base, base + size) of a file, seekable from 0."""
 
-    def __init__(self, raw, base: int, size: int):
+    def __init__(self, raw: StateFile, base: int, size: int) -> None:
         self.raw, self.base, self.size, self.position = raw, base, size, 0
 
-    def readable(self):
+    def readable(self) -> bool:
         return True
 
-    def seekable(self):
+    def seekable(self) -> bool:
         return True
 
-    def tell(self):
+    def tell(self) -> int:
         return self.position
 
-    def seek(self, position, whence=io.SEEK_SET):
+    def seek(self, position: int, whence: int = io.SEEK_SET) -> int:
         self.position = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.size}[whence] + position
         return self.position
 
-    def read(self, n=-1):
+    def read(self, n: int | None = -1) -> bytes:
         n = self.size - self.position if n is None or n < 0 else min(n, self.size - self.position)
         if n <= 0:
             return b""
@@ -180,7 +190,7 @@ class _Window(io.RawIOBase):
         self.position += len(data)
         return data
 
-    def close(self):
+    def close(self) -> None:
         self.raw.close()
         super().close()
 
@@ -202,7 +212,7 @@ def framed_key_groups(
     column_family: str,
     prefix_bytes: int,
     key_groups: set[int] | None,
-    seeks: dict | None = None,
+    seeks: dict[int, list[bytes | None]] | None = None,
 ) -> Iterator[tuple[int, bytes]]:
     """(key-group, its entries) of the state's non-empty key-groups, in order.
 
@@ -225,7 +235,7 @@ def framed_key_groups(
 class ColumnFamilyReader:
     """A column family's open SST files, read one key-group at a time."""
 
-    def __init__(self, instance: NativeInstance, name: str, files: list, sources: list):
+    def __init__(self, instance: NativeInstance, name: str, files: list, sources: list) -> None:
         self.instance = instance
         self.name = name
         self.files = files
@@ -268,10 +278,10 @@ class ColumnFamilyReader:
             self.instance.bytes_read += sst.bytes_read
             source.close()
 
-    def __enter__(self):
+    def __enter__(self) -> ColumnFamilyReader:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
@@ -291,7 +301,7 @@ class NativeKeyGroup(bytes):
     positions: list
 
     @classmethod
-    def of(cls, buffer, positions) -> NativeKeyGroup:
+    def of(cls, buffer: np.ndarray, positions: list[np.ndarray]) -> NativeKeyGroup:
         data = cls(buffer)  # one copy, straight from the array's memory
         data.positions = positions
         return data

@@ -22,6 +22,8 @@ How Java frames them (the descriptor's ``layout``):
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from typing import Any, cast
 
 from statecat.readers.decoders import (
     _BE_F32,
@@ -57,47 +59,47 @@ LOCAL_DATE_NULL_YEAR = 0xFFFFFFFF
 LOCAL_TIME_NULL_HOUR = 0xFF
 
 
-def _boolean(buf, pos):
+def _boolean(buf: bytes, pos: int) -> tuple[bool, int]:
     return buf[pos] != 0, pos + 1
 
 
-def _utf8(buf, pos):
+def _utf8(buf: bytes, pos: int) -> tuple[str, int]:
     n, pos = read_length(buf, pos, "string length")
     return utf8_text(bytes(buf[pos : pos + n])), pos + n
 
 
-def _bytes(buf, pos):
+def _bytes(buf: bytes, pos: int) -> tuple[bytes, int]:
     n, pos = read_length(buf, pos)
     return bytes(buf[pos : pos + n]), pos + n
 
 
-def _sql_date(buf, pos):
+def _sql_date(buf: bytes, pos: int) -> tuple[int, int]:
     return days(_BE_I32(buf, pos)[0]), pos + 4
 
 
-def _sql_time(buf, pos):
+def _sql_time(buf: bytes, pos: int) -> tuple[str, int]:
     return _time_text(_BE_I32(buf, pos)[0]), pos + 4
 
 
-def _sql_timestamp(buf, pos):
+def _sql_timestamp(buf: bytes, pos: int) -> tuple[int, int]:
     return micros(_BE_I64(buf, pos)[0] * 1000), pos + 8
 
 
-def _local_date_days(buf, pos):
+def _local_date_days(buf: bytes, pos: int) -> tuple[int | None, int]:
     if _BE_U32(buf, pos)[0] == LOCAL_DATE_NULL_YEAR:
         return None, pos + 6
     year = _BE_I32(buf, pos)[0]
     return dt.date(year, buf[pos + 4], buf[pos + 5]).toordinal() - EPOCH_ORDINAL, pos + 6
 
 
-def _local_time_parts(buf, pos):
+def _local_time_parts(buf: bytes, pos: int) -> tuple[tuple[int, int, int, int] | None, int]:
     if buf[pos] == LOCAL_TIME_NULL_HOUR:
         return None, pos + 7
     h, m, s = buf[pos], buf[pos + 1], buf[pos + 2]
     return (h, m, s, _BE_I32(buf, pos + 3)[0]), pos + 7
 
 
-def _local_time(buf, pos):
+def _local_time(buf: bytes, pos: int) -> tuple[str | None, int]:
     parts, pos = _local_time_parts(buf, pos)
     if parts is None:
         return None, pos
@@ -108,7 +110,7 @@ def _local_time(buf, pos):
     return text, pos
 
 
-def _local_datetime(buf, pos):
+def _local_datetime(buf: bytes, pos: int) -> tuple[int | None, int]:
     epoch_days, pos = _local_date_days(buf, pos)
     parts, pos = _local_time_parts(buf, pos)
     if epoch_days is None or parts is None:
@@ -147,7 +149,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
         return _SCALARS[name]
     if name == "PICKLED":
 
-        def pickled(buf, pos):
+        def pickled(buf: bytes, pos: int) -> tuple[str, int]:
             data, pos = _bytes(buf, pos)
             return render_pickled(data, unpickle), pos
 
@@ -155,7 +157,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
     if name in ("LIST", "BASIC_ARRAY", "OBJECT_ARRAY"):
         element = coder_decoder(t.args[0][1], unpickle=unpickle)
 
-        def generic_array(buf, pos):
+        def generic_array(buf: bytes, pos: int) -> tuple[list[Any], int]:
             n, pos = read_count(buf, pos)  # each element has at least its presence byte
             out = []
             for _ in range(n):
@@ -175,7 +177,7 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
         key = coder_decoder(t.args[0][1], unpickle=unpickle)
         value = coder_decoder(t.args[1][1], unpickle=unpickle)
 
-        def map_(buf, pos):
+        def map_(buf: bytes, pos: int) -> tuple[list[tuple[Any, Any]], int]:
             n, pos = read_count(buf, pos, "map entry count")  # each entry has at least its null byte
             out = []
             for _ in range(n):
@@ -191,10 +193,11 @@ def coder_decoder(t: CoderType, *, unpickle: bool = False) -> Decoder:
 
         return map_
     if name in ("TUPLE", "ROW"):
-        names = [n for n, _ in t.args]
+        names: Sequence[str | None] = [n for n, _ in t.args]
         if name == "TUPLE" or not all(names):
             names = struct_field_names(len(t.args))
-        fields = list(zip(names, (coder_decoder(ft, unpickle=unpickle) for _, ft in t.args)))
+        # all names are set: checked (all(names)) or made above
+        fields = list(zip(cast(Sequence[str], names), (coder_decoder(ft, unpickle=unpickle) for _, ft in t.args)))
         return fields_decoder(fields) if name == "TUPLE" else masked_fields_decoder(fields, ROW_KIND_BITS)
     raise UnsupportedError(f"no decoder for PyFlink type {t.text()}")
 
@@ -205,7 +208,7 @@ def build_pyflink_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> De
     value = coder_decoder(parse_type(desc.attr("coder")), unpickle=unpickle)
     if layout == "plain":
 
-        def plain(buf, pos):
+        def plain(buf: bytes, pos: int) -> tuple[Any, int]:
             n, pos = read_length(buf, pos)
             end = pos + n
             result, stop = value(buf, pos)
@@ -219,7 +222,7 @@ def build_pyflink_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> De
     if layout in ("bag_first", "bag_all"):
         everything = layout == "bag_all"
 
-        def bag(buf, pos):
+        def bag(buf: bytes, pos: int) -> tuple[Any, int]:
             # Java's list of byte[]: elements separated by 0x2C. A value is followed by the next
             # entry's int32 key length or a state id / end marker, whose first byte is never 0x2C
             # for real sizes, so the delimiter tells whether another element follows.

@@ -8,8 +8,9 @@ their bytes. Operator state is read element by element at the offsets the handle
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +45,12 @@ from statecat.statemeta.model import (
     StateMeta,
 )
 from statecat.statemeta.types import TypeDescriptor
+
+if TYPE_CHECKING:
+    from statecat.readers.decoders import Decoder
+    from statecat.readers.heap_checkpoint import HeapKeyGroupDecoder
+    from statecat.statemeta.metadata import NativeRocksDBHandle
+    from statecat.statemeta.storage import StateFile
 
 DEFAULT_BATCH_ROWS = 65_536
 # Key-group bytes decoded column-wise in one go: many small key-groups share the per-call cost,
@@ -105,7 +112,7 @@ def _skip_length_trailer(buf: bytes, pos: int, n: int) -> int:
     return pos
 
 
-def _read_up_to(stream, n: int) -> bytes:
+def _read_up_to(stream: StateFile, n: int) -> bytes:
     """At most ``n`` bytes, read in bounded pieces: ``n`` comes from _metadata, and a buffered read
     allocates its whole size up front even when the file is shorter."""
     if n <= READ_PIECE_BYTES:
@@ -128,14 +135,14 @@ class WindowBuffer:
     window is reset only after all its batches were built. A key-group that does not fit is read
     on its own (``read`` returns None) and its window is joined as before."""
 
-    def __init__(self, capacity: int | None = None):
+    def __init__(self, capacity: int | None = None) -> None:
         # A window flushes once it holds FAST_GROUP_BYTES, so most windows fit in twice that.
         self.data = bytearray(2 * FAST_GROUP_BYTES if capacity is None else capacity)
         self.view = memoryview(self.data)
         self.used = 0
         self.starts: dict[int, int] = {}  # id of a view handed out in this window -> its start
 
-    def read(self, stream, n: int) -> memoryview | None:
+    def read(self, stream: StateFile, n: int) -> memoryview | None:
         """The next ``n`` bytes of ``stream`` in the buffer (fewer at the end of the file), or None
         (nothing read) when they do not fit."""
         start = self.used
@@ -167,7 +174,7 @@ class WindowBuffer:
 class KeyedStateScanner:
     """Decodes one keyed (or timer) state of one operator."""
 
-    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False):
+    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False) -> None:
         if not state.is_keyed:
             raise ValueError(f"{state.name} is not a keyed state")
         self.meta = meta
@@ -176,13 +183,18 @@ class KeyedStateScanner:
         self.schema = _schema(operator, state)
         self.prefix = operator.key_group_prefix_bytes
         self.state_counts = _keyed_state_counts(operator)
-        self.key_raw = state.key.kind == "raw"
-        self.key_decoder = None if self.key_raw else build_key_decoder(state.key)
+        # A keyed state has a key type (casts below: StateInfo.key is None for operator states only).
+        self.key_raw = cast(TypeDescriptor, state.key).kind == "raw"
+        self.key_decoder = None if self.key_raw else build_key_decoder(cast(TypeDescriptor, state.key))
         namespace = state.namespace or TypeDescriptor.of("void_namespace")
         self.namespace_raw = namespace.kind == "raw"
         self.namespace_decoder = None if self.namespace_raw else build_decoder(namespace, unpickle=unpickle)
         self.namespace_length = namespace.fixed_length
-        self.ambiguous = state.kind == "keyed" and state.key.fixed_length is None and namespace.fixed_length is None
+        self.ambiguous = (
+            state.kind == "keyed"
+            and cast(TypeDescriptor, state.key).fixed_length is None
+            and namespace.fixed_length is None
+        )
         self.stats = ReadStats()
         value = state.value
         if state.kind == "timer" and value.kind == "raw":
@@ -200,8 +212,8 @@ class KeyedStateScanner:
             self.value_kind = "value"
             self.value_decoder = self._decoder_or_none(value, unpickle)
         self.unpickle = unpickle
-        self.heap = None
-        if any(loc.layout == HEAP_CHECKPOINT_LAYOUT for loc in state.locations):
+        self.heap: HeapKeyGroupDecoder | None = None
+        if any(loc.layout == HEAP_CHECKPOINT_LAYOUT for loc in cast("tuple[KeyedLocation, ...]", state.locations)):
             # Heap checkpoint entries are unframed: decoded record by record, every part typed.
             self.heap = self._heap_decoder()
             self.fast = None
@@ -219,10 +231,10 @@ class KeyedStateScanner:
             )
 
     @staticmethod
-    def _decoder_or_none(desc: TypeDescriptor, unpickle: bool):
+    def _decoder_or_none(desc: TypeDescriptor, unpickle: bool) -> Decoder | None:
         return None if desc.kind == "raw" else build_decoder(desc, unpickle=unpickle)
 
-    def _heap_decoder(self):
+    def _heap_decoder(self) -> HeapKeyGroupDecoder:
         if self.heap is None:
             from statecat.readers.heap_checkpoint import HeapKeyGroupDecoder
 
@@ -237,7 +249,7 @@ class KeyedStateScanner:
         with unambiguous keys."""
         if self.value_kind == "element" or self.ambiguous or self.key_raw or self.namespace_raw:
             return None
-        key, ns = plan_column(self.state.key, key=True), plan_column(namespace)
+        key, ns = plan_column(cast(TypeDescriptor, self.state.key), key=True), plan_column(namespace)
         if key is None or ns is None:
             return None
         value = self.state.value
@@ -266,9 +278,10 @@ class KeyedStateScanner:
         locations: Iterable[KeyedLocation] | None = None,
         key_groups: set[int] | None = None,
         batch_rows: int = DEFAULT_BATCH_ROWS,
-        keys: list | None = None,
+        keys: Sequence[Any] | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        locations = self.state.locations if locations is None else locations
+        # A keyed state's locations are keyed ones.
+        locations = cast("tuple[KeyedLocation, ...]", self.state.locations) if locations is None else locations
         if self.fast is not None and (keys is None or self._filterable_keys()):
             batches = self._fast_batches(locations, key_groups, batch_rows, keys)
             if keys is None:
@@ -294,7 +307,13 @@ class KeyedStateScanner:
         key_type = self.schema.field("key").type
         return not (pa.types.is_struct(key_type) or pa.types.is_list(key_type) or pa.types.is_map(key_type))
 
-    def _fast_batches(self, locations, key_groups, batch_rows, keys=None) -> Iterator[pa.RecordBatch]:
+    def _fast_batches(
+        self,
+        locations: Iterable[KeyedLocation],
+        key_groups: set[int] | None,
+        batch_rows: int,
+        keys: Sequence[Any] | None = None,
+    ) -> Iterator[pa.RecordBatch]:
         """Walks each key-group compiled, then cuts columns out of many key-groups at once."""
         group: list[tuple] = []  # (key_group, data, file, base, state_id, positions)
         group_rows = group_bytes = 0
@@ -319,7 +338,8 @@ class KeyedStateScanner:
             return self._batch(([], [], []))
         if len(group) == 1:  # one large key-group: its bytes and positions as they are, no copy
             buf = np.frombuffer(group[0][1], dtype=np.uint8)
-            columns = self.fast.extract(buf, *group[0][5])
+            # Callers come here only with a column-wise plan (self.fast set).
+            columns = cast(ColumnExtractor, self.fast).extract(buf, *group[0][5])
         else:
             if joined is None:
                 starts, start = {}, 0
@@ -328,12 +348,12 @@ class KeyedStateScanner:
                     start += len(item[1])
                 joined = (b"".join(item[1] for item in group), starts)
             buf = np.frombuffer(joined[0], dtype=np.uint8)
-            shifted = [[], [], [], []]
+            shifted: list[list[np.ndarray]] = [[], [], [], []]
             for _, data, _, _, _, positions in group:
                 start = joined[1][id(data)]
                 for i, p in enumerate(positions):
                     shifted[i].append(p + start if i in (0, 2) else p)
-            columns = self.fast.extract(buf, *(np.concatenate(col) for col in shifted))
+            columns = cast(ColumnExtractor, self.fast).extract(buf, *(np.concatenate(col) for col in shifted))
         if columns is None:  # some entry is outside the column-wise plan: decode this group per record
             rows: tuple[list, list, list] = ([], [], [])
             for key_group, data, file, base, location, positions in group:
@@ -342,7 +362,7 @@ class KeyedStateScanner:
         self.stats.rows += len(columns[0])
         return pa.RecordBatch.from_arrays(list(columns), schema=self.schema)
 
-    def _batch(self, columns) -> pa.RecordBatch:
+    def _batch(self, columns: tuple[list, list, list]) -> pa.RecordBatch:
         keys, namespaces, values = columns
         self.stats.rows += len(keys)
         try:
@@ -359,9 +379,9 @@ class KeyedStateScanner:
         self,
         location: KeyedLocation,
         key_groups: set[int] | None,
-        keys: list | None = None,
+        keys: Sequence[Any] | None = None,
         window: WindowBuffer | None = None,
-    ):
+    ) -> Iterator[tuple[int, bytes | memoryview, str, int]]:
         """(key-group, bytes, file, file offset) of each wanted non-empty key-group, in order.
 
         ``keys``: the only keys wanted (a hint: a native RocksDB instance then reads only the
@@ -386,7 +406,7 @@ class KeyedStateScanner:
                 end = ends[i]
                 if offset != position:
                     stream.seek(base + offset)
-                data = None
+                data: bytes | memoryview | None = None
                 if window is not None and not location.compressed:
                     data = window.read(stream, end - offset)
                 if data is None:
@@ -406,21 +426,25 @@ class KeyedStateScanner:
                 self.stats.subtasks.add(location.subtask)
                 # Heap checkpoints compress each state's section on its own, after the key-group's id.
                 if location.compressed and location.layout != HEAP_CHECKPOINT_LAYOUT:
-                    data = decompress_snappy_framed(data, file, base + offset)
+                    # Compressed key-groups are never read into the window: their bytes are bytes.
+                    data = decompress_snappy_framed(cast(bytes, data), file, base + offset)
                 yield key_group, data, file, base + offset
 
-    def _native_key_groups(self, location: KeyedLocation, key_groups: set[int] | None, keys: list | None):
+    def _native_key_groups(
+        self, location: KeyedLocation, key_groups: set[int] | None, keys: Sequence[Any] | None
+    ) -> Iterator[tuple[int, bytes, str, int]]:
         """A RocksDB instance's key-groups of this state (readers/native_rocksdb.py)."""
         from statecat.readers.keygroups import key_group_for, serialized_key
         from statecat.readers.native_rocksdb import NativeInstance, framed_key_groups
 
-        seeks = None
+        seeks: dict[int, list[bytes | None]] | None = None
         if keys is not None and self.state.kind == "keyed" and not self.key_raw:
             seeks = {}
-            for key in keys:
-                group = key_group_for(key, self.state.key, self.operator.max_parallelism)
-                seeks.setdefault(group, []).append(serialized_key(key, self.state.key))
-        instance = NativeInstance(self.meta.storage, location.native)
+            for key in keys:  # casts: a keyed state has a key type
+                group = key_group_for(key, cast(TypeDescriptor, self.state.key), self.operator.max_parallelism)
+                seeks.setdefault(group, []).append(serialized_key(key, cast(TypeDescriptor, self.state.key)))
+        # The native layout's locations carry their RocksDB instance.
+        instance = NativeInstance(self.meta.storage, cast("NativeRocksDBHandle", location.native))
         try:
             for key_group, data in framed_key_groups(
                 instance, location, self.state.name, self.prefix, key_groups, seeks
@@ -448,7 +472,7 @@ class KeyedStateScanner:
         Flink writes key-groups in order, so their offsets (0 = empty) rise strictly and each lies
         inside the stream; anything else would read the wrong bytes or lose a key-group."""
         size = location.stream.size
-        starts = []
+        starts: list[tuple[int, int]] = []
         for i, offset in enumerate(location.offsets):
             if offset == 0:
                 continue
@@ -472,7 +496,9 @@ class KeyedStateScanner:
         ends = [offset for _, offset in starts[1:]] + [size]
         return {i: end for (i, _), end in zip(starts, ends)}
 
-    def _locate(self, key_group: int, data: bytes, location: KeyedLocation, file: str, base: int):
+    def _locate(
+        self, key_group: int, data: bytes | memoryview, location: KeyedLocation, file: str, base: int
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Positions (key at, key length, value at, value length) of the state's entries in a key-group.
 
         The framing walk is compiled; it also checks every length against the key-group's bytes,
@@ -512,18 +538,19 @@ class KeyedStateScanner:
     def _decode_key_group(
         self,
         key_group: int,
-        data: bytes,
+        data: bytes | memoryview,
         location: KeyedLocation,
-        columns,
+        columns: tuple[list, list, list],
         file: str,
         base: int,
-        wanted,
-        positions=None,
+        wanted: set[Any] | None,
+        positions: Sequence[np.ndarray] | None = None,
     ) -> None:
         """Decodes the state's entries of one key-group record by record (any type). ``positions``:
         the entries' positions when a walk over all states of the stream already found them."""
         if location.layout == HEAP_CHECKPOINT_LAYOUT:
-            self._heap_decoder().decode(key_group, data, location, columns, file, base, wanted)
+            # Heap key-groups are read whole, never into a window: their bytes are bytes.
+            self._heap_decoder().decode(key_group, cast(bytes, data), location, columns, file, base, wanted)
             return
         if isinstance(data, memoryview):  # a WindowBuffer's view: the record decoders slice bytes
             data = bytes(data)
@@ -599,38 +626,41 @@ class KeyedStateScanner:
                 hint="The state file is damaged, or its type is not what the header says",
             ) from None
 
-    def _split_key(self, buf, pos: int, end: int):
+    def _split_key(self, buf: bytes, pos: int, end: int) -> tuple[Any, Any, int]:
         """Decodes key and namespace of a composite key; returns (key, namespace, position after them)."""
+        # Runs per record, so no cast() calls: __init__ refuses a raw key or namespace unless the
+        # namespace has a fixed length, and a part that is not raw has its decoder.
         if self.key_raw:
-            ns_at = end - self.namespace_length
+            ns_at = end - self.namespace_length  # type: ignore[operator]
             if ns_at < pos:
                 raise DecodeError(
                     f"composite key of {end - pos} bytes is shorter than its {self.namespace_length}-byte namespace"
                 )
             key = bytes(buf[pos:ns_at])
-            namespace, pos = self.namespace_decoder(buf, ns_at)
+            namespace, pos = self.namespace_decoder(buf, ns_at)  # type: ignore[misc]
             return key, namespace, pos
         start = pos
-        key, pos = self.key_decoder(buf, pos)
+        key, pos = self.key_decoder(buf, pos)  # type: ignore[misc]
         if self.ambiguous:
             pos = _skip_length_trailer(buf, pos, pos - start)
         ns_start = pos
         if self.namespace_raw:
-            namespace, pos = bytes(buf[pos : pos + self.namespace_length]), pos + self.namespace_length
+            size: int = self.namespace_length  # type: ignore[assignment]
+            namespace, pos = bytes(buf[pos : pos + size]), pos + size
         else:
-            namespace, pos = self.namespace_decoder(buf, pos)
+            namespace, pos = self.namespace_decoder(buf, pos)  # type: ignore[misc]
         if self.ambiguous:
             pos = _skip_length_trailer(buf, pos, pos - ns_start)
         return key, namespace, pos
 
-    def _value(self, buf, at: int, length: int):
+    def _value(self, buf: bytes, at: int, length: int) -> Any:
         if self.value_kind == "list":
             return self._list(buf, at, at + length)
         if self.value_decoder is None:
             return bytes(buf[at : at + length])
         return _decode_exact(self.value_decoder, buf, at, at + length, "value")
 
-    def _list(self, buf, pos: int, end: int) -> list:
+    def _list(self, buf: bytes, pos: int, end: int) -> list:
         decode = self.element_decoder
         out = []
         while pos < end:
@@ -647,7 +677,7 @@ class KeyedStateScanner:
             raise DecodeError("list elements overrun the stored value")
         return out
 
-    def _map_value(self, buf, at: int, length: int):
+    def _map_value(self, buf: bytes, at: int, length: int) -> Any:
         if length < 1:
             raise DecodeError("map entry value is empty")
         if buf[at]:  # null flag; heap writes the serializer's null form after it, RocksDB nothing
@@ -660,7 +690,7 @@ class KeyedStateScanner:
 class OperatorStateScanner:
     """Decodes one operator list, union or broadcast state."""
 
-    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False):
+    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False) -> None:
         self.meta = meta
         self.operator = operator
         self.state = state
@@ -682,7 +712,7 @@ class OperatorStateScanner:
             self.element = self._decoder_or_none(value, unpickle)
 
     @staticmethod
-    def _decoder_or_none(desc: TypeDescriptor, unpickle: bool):
+    def _decoder_or_none(desc: TypeDescriptor, unpickle: bool) -> Decoder | None:
         return None if desc.kind == "raw" else build_decoder(desc, unpickle=unpickle)
 
     def batches(
@@ -690,7 +720,8 @@ class OperatorStateScanner:
     ) -> Iterator[pa.RecordBatch]:
         values: list = []
         subtasks: list = []
-        for location in self.state.locations if locations is None else locations:
+        # An operator state's locations are operator ones.
+        for location in cast("tuple[OperatorLocation, ...]", self.state.locations) if locations is None else locations:
             for value in self._elements(location):
                 values.append(value)
                 subtasks.append(location.subtask)
@@ -700,7 +731,7 @@ class OperatorStateScanner:
         if values or not self.stats.rows:
             yield self._batch(values, subtasks)
 
-    def _batch(self, values, subtasks) -> pa.RecordBatch:
+    def _batch(self, values: list, subtasks: list) -> pa.RecordBatch:
         self.stats.rows += len(values)
         try:
             return pa.RecordBatch.from_arrays(
@@ -714,7 +745,7 @@ class OperatorStateScanner:
                 state=self.state.name,
             ) from exc
 
-    def _elements(self, location: OperatorLocation):
+    def _elements(self, location: OperatorLocation) -> Iterator[Any]:
         if not location.offsets:
             return
         offsets = sorted(location.offsets)
@@ -767,14 +798,15 @@ class OperatorStateScanner:
                         hint="The state file is damaged, or its type is not what the header says",
                     ) from None
 
-    def _broadcast_entries(self, data: bytes):
+    def _broadcast_entries(self, data: bytes) -> Iterator[dict[str, Any]]:
         count = _I32(data, 0)[0]
         if not 0 <= count <= len(data) - 4:  # every entry takes at least one byte
             raise DecodeError(f"expected a broadcast entry count within the element's {len(data)} bytes, got {count}")
         pos = 4
         for _ in range(count):
-            key, pos = self.entry_key(data, pos)
-            value, pos = self.entry_value(data, pos)
+            # Both set: __init__ refuses broadcast entries with an undecodable part (per entry: no cast()).
+            key, pos = self.entry_key(data, pos)  # type: ignore[misc]
+            value, pos = self.entry_value(data, pos)  # type: ignore[misc]
             yield {"key": key, "value": value}
         if pos != len(data):
             raise DecodeError(f"{count} broadcast entries take {pos} of the {len(data)} bytes stored")
@@ -789,12 +821,13 @@ class OperatorKeyedScan:
     (``FAST_GROUP_BYTES`` or ``batch_rows`` rows of one state) plus the batches cut from it.
     States in heap checkpoints or native RocksDB instances are read state by state."""
 
-    def __init__(self, scanners: list[KeyedStateScanner]):
+    def __init__(self, scanners: list[KeyedStateScanner]) -> None:
         self.scanners = scanners
 
     def _one_pass(self, scanner: KeyedStateScanner) -> bool:
         return scanner.heap is None and all(
-            loc.layout not in (HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT) for loc in scanner.state.locations
+            loc.layout not in (HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
+            for loc in cast("tuple[KeyedLocation, ...]", scanner.state.locations)  # a keyed state's
         )
 
     def batches(
@@ -804,7 +837,7 @@ class OperatorKeyedScan:
         # Streams in the order of the first state's locations: each state's rows keep its own order.
         streams: dict[tuple, dict[int, KeyedLocation]] = {}
         for index, scanner in enumerate(shared):
-            for loc in scanner.state.locations:
+            for loc in cast("tuple[KeyedLocation, ...]", scanner.state.locations):  # a keyed state's
                 if subtasks is None or loc.subtask in subtasks:
                     streams.setdefault((loc.subtask, loc.stream), {})[index] = loc
         rows = [0] * len(shared)
@@ -834,7 +867,11 @@ class OperatorKeyedScan:
                 yield scanner.state.name, scanner._batch(([], [], []))
         for scanner in self.scanners:
             if scanner not in shared:
-                locations = [loc for loc in scanner.state.locations if subtasks is None or loc.subtask in subtasks]
+                locations = [
+                    loc
+                    for loc in cast("tuple[KeyedLocation, ...]", scanner.state.locations)  # a keyed state's
+                    if subtasks is None or loc.subtask in subtasks
+                ]
                 for batch in scanner.batches(locations, key_groups=key_groups, batch_rows=batch_rows):
                     yield scanner.state.name, batch
 
@@ -842,7 +879,7 @@ class OperatorKeyedScan:
     def _locate_all(
         reader: KeyedStateScanner,
         key_group: int,
-        data: bytes,
+        data: bytes | memoryview,
         location: KeyedLocation,
         file: str,
         base: int,
@@ -909,7 +946,7 @@ class OperatorKeyedScan:
             yield scanner.state.name, scanner._batch(columns)
 
 
-def _decode_exact(decoder, buf, pos: int, end: int, what: str):
+def _decode_exact(decoder: Decoder, buf: bytes, pos: int, end: int, what: str) -> Any:
     """A value that must fill its stored bytes exactly: a shorter or longer decode means the type or
     the bytes are not what the header says."""
     value, stop = decoder(buf, pos)
@@ -935,7 +972,7 @@ def _keyed_state_counts(operator: OperatorMeta) -> dict[tuple, int]:
     counts: dict[tuple, int] = {}
     for state in operator.states:
         if state.is_keyed:
-            for location in state.locations:
+            for location in cast("tuple[KeyedLocation, ...]", state.locations):
                 where = (location.subtask, location.stream)
                 counts[where] = max(counts.get(where, 0), location.state_id + 1)
     return counts
@@ -951,13 +988,15 @@ def _position(location: KeyedLocation, base: int, at: int) -> tuple[int, str]:
     return base + at, ""
 
 
-def scanner_for(meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False):
+def scanner_for(
+    meta: StateMeta, operator: OperatorMeta, state: StateInfo, *, unpickle: bool = False
+) -> KeyedStateScanner | OperatorStateScanner:
     if state.is_keyed:
         return KeyedStateScanner(meta, operator, state, unpickle=unpickle)
     return OperatorStateScanner(meta, operator, state, unpickle=unpickle)
 
 
-def _hashable(value):
+def _hashable(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
     if isinstance(value, list):

@@ -18,14 +18,20 @@ fields, the key with its key-group prefix and namespace, and the value.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
+from typing import TYPE_CHECKING, Any, cast
 
 from statecat.readers.keygroups import subtask_for_key_group
 from statecat.readers.scan import DECODE_FAILURES, KeyedStateScanner, _hashable, _position
 from statecat.readers.state_bytes import key_group_bytes, operator_bytes
 from statecat.statemeta.errors import FormatError, LookupFailedError, StatecatError
-from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
+from statecat.statemeta.model import KeyedLocation, OperatorMeta, StateInfo, StateMeta, load_state_meta
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from statecat.readers import SavepointReader
 
 ENTRY_LENGTH_FIELDS = 8  # an entry's i32 key length and i32 value length
 
@@ -71,8 +77,13 @@ class SizeTable(tuple):
     state, ``operator``, ``state``, ``parallelism`` and ``max_parallelism``."""
 
     row_type: type
+    title: str
+    operator: str | None
+    state: str | None
+    parallelism: int | None
+    max_parallelism: int | None
 
-    def __new__(cls, rows: Iterable, row_type: type, title: str, **context):
+    def __new__(cls, rows: Iterable, row_type: type, title: str, **context: Any) -> SizeTable:
         table = super().__new__(cls, rows)
         table.row_type = row_type
         table.title = title
@@ -89,7 +100,7 @@ class SizeTable(tuple):
     def column(self, name: str) -> list:
         return [getattr(row, name) for row in self]
 
-    def to_pandas(self):
+    def to_pandas(self) -> pd.DataFrame:
         import pandas as pd
 
         frame = pd.DataFrame([asdict(row) for row in self], columns=self.columns)
@@ -110,12 +121,12 @@ class SizeTable(tuple):
         )
 
 
-def _meta(savepoint) -> StateMeta:
+def _meta(savepoint: StateMeta | SavepointReader | str) -> StateMeta:
     """A StateMeta from a StateMeta, a SavepointReader (its ``meta``) or a path."""
     if isinstance(savepoint, StateMeta):
         return savepoint
     meta = getattr(savepoint, "meta", None)
-    return meta if isinstance(meta, StateMeta) else load_state_meta(savepoint)
+    return meta if isinstance(meta, StateMeta) else load_state_meta(cast(str, savepoint))  # then a path
 
 
 def _keyed_state(meta: StateMeta, state: str, operator: str | None) -> tuple[OperatorMeta, StateInfo]:
@@ -131,13 +142,13 @@ def _keyed_state(meta: StateMeta, state: str, operator: str | None) -> tuple[Ope
 
 def _subtask_of(op: OperatorMeta, info: StateInfo) -> dict[int, int]:
     owner = {}
-    for location in info.locations:
+    for location in cast("tuple[KeyedLocation, ...]", info.locations):  # a keyed state's
         for i in range(location.num_key_groups):
             owner[location.start_key_group + i] = location.subtask
     return owner
 
 
-def key_group_stats(savepoint, state: str, operator: str | None = None) -> SizeTable:
+def key_group_stats(savepoint: StateMeta | SavepointReader | str, state: str, operator: str | None = None) -> SizeTable:
     """Entries and bytes of a keyed state in each of the operator's key-groups (all of them, empty
     ones too), as ``state_bytes.key_group_bytes`` counts them."""
     meta = _meta(savepoint)
@@ -166,7 +177,7 @@ def key_group_stats(savepoint, state: str, operator: str | None = None) -> SizeT
     )
 
 
-def _subtask_rows(groups: Iterable[KeyGroupSize], subtask_of) -> list[SubtaskSize]:
+def _subtask_rows(groups: Iterable[KeyGroupSize], subtask_of: Callable[[KeyGroupSize], int]) -> list[SubtaskSize]:
     by_subtask: dict[int, list[KeyGroupSize]] = {}
     for row in groups:
         by_subtask.setdefault(subtask_of(row), []).append(row)
@@ -199,7 +210,7 @@ def subtask_totals(groups: SizeTable) -> SizeTable:
 def rescale_preview(groups: SizeTable, parallelism: int) -> SizeTable:
     """Per subtask if the job were restored at ``parallelism``: Flink's KeyGroupRangeAssignment gives
     key-group g to subtask ``g * parallelism // max_parallelism``."""
-    max_parallelism = groups.max_parallelism
+    max_parallelism = cast(int, groups.max_parallelism)  # a key_group_stats table's
     if not isinstance(parallelism, int) or not 1 <= parallelism <= max_parallelism:
         raise StatecatError(
             f"expected a parallelism from 1 to the max parallelism {max_parallelism}, got {parallelism!r}",
@@ -219,13 +230,22 @@ def rescale_preview(groups: SizeTable, parallelism: int) -> SizeTable:
     )
 
 
-def _key_groups(scanner: KeyedStateScanner, info: StateInfo):
-    for location in info.locations:
+def _key_groups(
+    scanner: KeyedStateScanner, info: StateInfo
+) -> Iterator[tuple[KeyedLocation, int, bytes | memoryview, str, int]]:
+    for location in cast("tuple[KeyedLocation, ...]", info.locations):  # a keyed state's
         for key_group, data, file, base in scanner._key_groups(location, None):
             yield location, key_group, data, file, base
 
 
-def top_keys(savepoint, state: str, operator: str | None = None, *, n: int = 10, by: str = "bytes") -> SizeTable:
+def top_keys(
+    savepoint: StateMeta | SavepointReader | str,
+    state: str,
+    operator: str | None = None,
+    *,
+    n: int = 10,
+    by: str = "bytes",
+) -> SizeTable:
     """The ``n`` keys of a keyed state with the most bytes (``by="bytes"``) or entries (``by="entries"``)."""
     if by not in ("bytes", "entries"):
         raise StatecatError(f"expected by='bytes' or by='entries', got {by!r}")
@@ -241,7 +261,12 @@ def top_keys(savepoint, state: str, operator: str | None = None, *, n: int = 10,
         kat = 0
         try:
             for kat, klen, vlen in zip(positions[0].tolist(), positions[1].tolist(), positions[3].tolist()):
-                key = None if scanner.value_kind == "element" else scanner._split_key(data, kat + skip, kat + klen)[0]
+                # Read without a window: the key-group's bytes are bytes.
+                key = (
+                    None
+                    if scanner.value_kind == "element"
+                    else scanner._split_key(cast(bytes, data), kat + skip, kat + klen)[0]
+                )
                 slot = totals.setdefault(_hashable(key), [key, 0, 0])
                 slot[1] += 1
                 slot[2] += klen + vlen + ENTRY_LENGTH_FIELDS
@@ -268,10 +293,10 @@ def top_keys(savepoint, state: str, operator: str | None = None, *, n: int = 10,
     )
 
 
-def state_sizes(savepoint) -> SizeTable:
+def state_sizes(savepoint: StateMeta | SavepointReader | str) -> SizeTable:
     """Entries and bytes of every state of every operator (``state_bytes.operator_bytes``)."""
     meta = _meta(savepoint)
-    rows = []
+    rows: list[StateSize] = []
     for op in meta.operators:
         try:
             measured = operator_bytes(meta, op).states

@@ -24,6 +24,8 @@ tests/fixtures/source_positions/README.md):
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import Any
 
 from statecat.readers.decoders import DecodeError, java_string, read_length
 from statecat.statemeta.source_splits import ENUMERATOR_CODEC, SPLIT_CODEC
@@ -48,24 +50,24 @@ MAX_HOSTNAMES = 1 << 16
 class _Reader:
     """Big-endian DataInput over one value's bytes; every read is bounds-checked."""
 
-    def __init__(self, buf: bytes, pos: int = 0, end: int | None = None):
+    def __init__(self, buf: bytes, pos: int = 0, end: int | None = None) -> None:
         self.buf, self.pos, self.end = buf, pos, len(buf) if end is None else end
 
     def need(self, n: int, what: str) -> None:
         if n < 0 or self.pos + n > self.end:
             raise DecodeError(f"{what} needs {n} bytes, {self.end - self.pos} left")
 
-    def i32(self, what="int") -> int:
+    def i32(self, what: str = "int") -> int:
         self.need(4, what)
         self.pos += 4
         return _I32(self.buf, self.pos - 4)[0]
 
-    def i64(self, what="long") -> int:
+    def i64(self, what: str = "long") -> int:
         self.need(8, what)
         self.pos += 8
         return _I64(self.buf, self.pos - 8)[0]
 
-    def boolean(self, what="boolean") -> bool:
+    def boolean(self, what: str = "boolean") -> bool:
         self.need(1, what)
         b = self.buf[self.pos]
         if b > 1:
@@ -73,7 +75,7 @@ class _Reader:
         self.pos += 1
         return b == 1
 
-    def utf(self, what="string") -> str:
+    def utf(self, what: str = "string") -> str:
         """DataOutput.writeUTF: u16 length, then Java's modified UTF-8."""
         self.need(2, what)
         n = _U16(self.buf, self.pos)[0]
@@ -83,14 +85,14 @@ class _Reader:
         self.pos += n
         return modified_utf8(data)
 
-    def string_value(self, what="string") -> str | None:
+    def string_value(self, what: str = "string") -> str | None:
         """StringUtils.writeNullableString's payload (StringValue's varint chars)."""
         if self.pos >= self.end:
             raise DecodeError(f"{what}: no bytes left")
         value, self.pos = java_string(self.buf[: self.end], self.pos)
         return value
 
-    def nullable_string(self, what="string") -> str | None:
+    def nullable_string(self, what: str = "string") -> str | None:
         return self.string_value(what) if self.boolean(what + " present") else None
 
     def done(self, what: str) -> None:
@@ -319,7 +321,7 @@ SPLIT_FORMATS = (
 )
 
 
-def _empty_split(raw: bytes, version, reason) -> dict:
+def _empty_split(raw: bytes, version: int | None, reason: str | None) -> dict:
     return {
         "connector": None,
         "split_version": version,
@@ -375,7 +377,7 @@ def _split_struct(connector: str, value: dict) -> dict:
 
 def decode_enumerator(raw: bytes) -> dict:
     """The operator coordinator's state: a SourceCoordinator checkpoint, decoded where known."""
-    out = {
+    out: dict[str, Any] = {
         "coordinator_version": None,
         "enumerator_version": None,
         "connector": None,
@@ -399,7 +401,7 @@ def decode_enumerator(raw: bytes) -> dict:
         return out
     out["coordinator_version"], out["enumerator_version"] = coordinator_version, enumerator_version
     data = raw[12 : 12 + n]
-    candidates = []
+    candidates: list[tuple[str, Callable[[bytes], dict]]] = []
     if enumerator_version == 1:
         candidates += [("file", file_enumerator), ("number_sequence", number_enumerator)]
     if enumerator_version in KAFKA_ENUMERATOR_VERSIONS:
@@ -429,13 +431,13 @@ def decode_enumerator(raw: bytes) -> dict:
     return out
 
 
-def split_element_decoder(buf, pos):
+def split_element_decoder(buf: bytes, pos: int) -> tuple[dict, int]:
     """Decoder (``readers.decoders`` protocol) of one SourceReaderState element: a byte[]."""
     n, pos = read_length(buf, pos, "split length")
     return decode_split(bytes(buf[pos : pos + n])), pos + n
 
 
-def enumerator_decoder(buf, pos):
+def enumerator_decoder(buf: bytes, pos: int) -> tuple[dict, int]:
     """Decoder of the coordinator state: the whole stream is one SourceCoordinator checkpoint."""
     return decode_enumerator(bytes(buf[pos:])), len(buf)
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import cast
 
 from statecat.readers.scan import (
     KeyedStateScanner,
@@ -44,7 +45,13 @@ from statecat.readers.scan import (
 )
 from statecat.statemeta.errors import FormatError, StatecatError
 from statecat.statemeta.headers import open_stream
-from statecat.statemeta.metadata import FileStream, InlineStream, NativeRocksDBHandle, UnsupportedKeyedHandle
+from statecat.statemeta.metadata import (
+    FileStream,
+    InlineStream,
+    NativeRocksDBHandle,
+    OperatorState,
+    UnsupportedKeyedHandle,
+)
 from statecat.statemeta.model import KeyedLocation, OperatorLocation, OperatorMeta, StateInfo, StateMeta
 
 CANONICAL_LAYOUT = "canonical"  # KeyedLocation.layout of a savepoint's (and full RocksDB checkpoint's) key-groups
@@ -89,7 +96,7 @@ class _KeyGroupWalker(KeyedStateScanner):
     """The scanner's key-group reading and framing walk without its decoders: sizes decode nothing,
     so they are known for states whose types statecat cannot decode too."""
 
-    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo):  # no super(): no decoders
+    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo) -> None:  # no super(): no decoders
         self.meta = meta
         self.operator = operator
         self.state = state
@@ -97,7 +104,9 @@ class _KeyGroupWalker(KeyedStateScanner):
         self.state_counts = _keyed_state_counts(operator)
         self.stats = ReadStats()
 
-    def run_bytes(self, key_group: int, data: bytes, location: KeyedLocation, file: str, base: int) -> tuple[int, int]:
+    def run_bytes(
+        self, key_group: int, data: bytes | memoryview, location: KeyedLocation, file: str, base: int
+    ) -> tuple[int, int]:
         """(entries, uncompressed bytes) of this state's run in one key-group."""
         _, (_, key_len, _, value_len) = self._locate(key_group, data, location, file, base)
         count = len(key_len)
@@ -148,16 +157,21 @@ def operator_bytes(meta: StateMeta, operator: OperatorMeta) -> OperatorBytes:
     framing = 0
     measured: set = set()  # (subtask, stream) of every stream measured here
     keyed = _keyed_streams(operator)
-    operator_streams: dict[tuple, list] = {}
+    operator_streams: dict[tuple, list[tuple[StateInfo, OperatorLocation]]] = {}
     for state in operator.states:
         for location in state.locations:
             if state.kind == "coordinator":
                 totals[state.name][0] += location.stream.size
                 measured.add((location.subtask, location.stream))
             elif not state.is_keyed:
-                operator_streams.setdefault((location.subtask, location.stream), []).append((state, location))
+                # An operator state's location is an operator one.
+                operator_streams.setdefault((location.subtask, location.stream), []).append(
+                    (state, cast(OperatorLocation, location))
+                )
 
     native_bytes = 0
+    # The name holds keyed states with their locations first, then operator states with theirs.
+    located: list[tuple[StateInfo, KeyedLocation]] | list[tuple[StateInfo, OperatorLocation]]
     for where, located in keyed.items():
         native = located[0][1].native
         if native is not None:
@@ -234,7 +248,7 @@ def operator_stream_bytes(meta: StateMeta, operator_id: str) -> int:
     return (raw.coordinator.size if raw.coordinator is not None else 0) + subtask_stream_bytes(raw)
 
 
-def subtask_stream_bytes(raw_operator) -> int:
+def subtask_stream_bytes(raw_operator: OperatorState) -> int:
     """The streams of an operator's subtasks (``_metadata``'s operator): keyed, operator and raw
     state, and the handles statecat does not read; not the coordinator's."""
     total = 0

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from statecat.statemeta.errors import FormatError
+
+if TYPE_CHECKING:
+    from statecat.statemeta.storage import StateFile
 
 _I8 = struct.Struct(">b")
 _U8 = struct.Struct(">B")
@@ -32,7 +35,7 @@ class DataInput:
 
     __slots__ = ("_stream", "name", "_pos", "_end")
 
-    def __init__(self, stream: BinaryIO, name: str, *, base: int = 0, length: int | None = None):
+    def __init__(self, stream: BinaryIO | StateFile, name: str, *, base: int = 0, length: int | None = None) -> None:
         self._stream = stream
         self.name = name
         self._pos = base

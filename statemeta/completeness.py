@@ -19,9 +19,11 @@ from statecat.statemeta.errors import StateFileError
 from statecat.statemeta.metadata import (
     CheckpointMetadata,
     FileStream,
+    KeyedHandle,
     KeyGroupsHandle,
     NativeRocksDBHandle,
     OperatorStreamHandle,
+    StreamHandle,
 )
 from statecat.statemeta.storage import Storage
 
@@ -44,7 +46,7 @@ def required_sizes(metadata: CheckpointMetadata) -> dict[str, int]:
     """Every state file the handles refer to, with the least size that holds all their bytes."""
     needed: dict[str, int] = {}
 
-    def need(stream, offsets=()) -> None:
+    def need(stream: StreamHandle | None, offsets: tuple[int, ...] = ()) -> None:
         if not isinstance(stream, FileStream):
             return  # inline bytes live in _metadata itself
         end = stream.start + stream.size
@@ -52,6 +54,8 @@ def required_sizes(metadata: CheckpointMetadata) -> dict[str, int]:
             end = max(end, stream.start + max(offsets) + 1)
         needed[stream.path] = max(needed.get(stream.path, 0), end)
 
+    # The loops below give the name operator handles first, then keyed handles.
+    handle: OperatorStreamHandle | KeyedHandle | None
     for op in metadata.operators:
         need(op.coordinator)
         for subtask in op.subtasks:

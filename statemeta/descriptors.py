@@ -42,10 +42,20 @@ import json
 import logging
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from statecat.statemeta.errors import FormatError, LookupFailedError, StatecatError
 from statecat.statemeta.types import TypeDescriptor, struct_field_names
+
+if TYPE_CHECKING:
+    from typing import TypeAlias
+
+    from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta
+
+    # What callers may give as descriptors: a DescriptorSet, a parsed descriptor document or its file.
+    DescriptorSource: TypeAlias = "DescriptorSet | dict[str, Any] | str | os.PathLike[str]"
 
 FORMAT_NAME = "statecat.descriptors"
 FORMAT_VERSION = 1
@@ -128,11 +138,13 @@ class CoderType:
             return TypeDescriptor.of(
                 "map", [("key", self.args[0][1].result_type()), ("value", self.args[1][1].result_type())]
             )
-        names = [n for n, _ in self.args]
+        names: Sequence[str | None] = [n for n, _ in self.args]
         if self.name == "TUPLE" or not all(names):
             names = struct_field_names(len(self.args))
+        # Every name is set: unnamed fields got positional names above.
         return TypeDescriptor.of(
-            "row" if self.name == "ROW" else "tuple", list(zip(names, (t.result_type() for _, t in self.args)))
+            "row" if self.name == "ROW" else "tuple",
+            list(zip(cast("Sequence[str]", names), (t.result_type() for _, t in self.args))),
         )
 
 
@@ -149,17 +161,17 @@ def parse_type(text: str) -> CoderType:
 class _TypeParser:
     TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-    def __init__(self, text: str):
+    def __init__(self, text: str) -> None:
         self.text = text
         self.pos = 0
 
-    def fail(self, expected: str):
+    def fail(self, expected: str) -> NoReturn:
         raise FormatError(
             f"bad type {self.text!r}: expected {expected} at character {self.pos}",
             hint="Types look like LONG, LIST<STRING>, MAP<STRING, LONG>, ROW<name STRING, n LONG>",
         )
 
-    def skip_space(self):
+    def skip_space(self) -> None:
         while self.pos < len(self.text) and self.text[self.pos].isspace():
             self.pos += 1
 
@@ -323,7 +335,7 @@ def load_descriptors(path: str | os.PathLike) -> DescriptorSet:
     return parse_descriptors(doc, path)
 
 
-def as_descriptor_set(descriptors) -> DescriptorSet:
+def as_descriptor_set(descriptors: DescriptorSource) -> DescriptorSet:
     if isinstance(descriptors, DescriptorSet):
         return descriptors
     if isinstance(descriptors, dict):
@@ -334,7 +346,7 @@ def as_descriptor_set(descriptors) -> DescriptorSet:
 # ----------------------------------------------------------------------------- applying to StateMeta
 
 
-def apply_descriptors(meta, descriptors):
+def apply_descriptors(meta: StateMeta, descriptors: DescriptorSource) -> StateMeta:
     """A StateMeta whose PyFlink states carry their declared names and types (process mode) or
     have their pickled byte[] parts marked (thread mode, states declared by their real names)."""
     from statecat.statemeta.model import STATE_KINDS, StateMeta
@@ -342,6 +354,8 @@ def apply_descriptors(meta, descriptors):
     dset = as_descriptor_set(descriptors)
     source = dset.digest
     by_op: dict[str, dict[str, Declared]] = {}
+    # The name holds an operator's declarations first, then its new states.
+    states: dict[str, Declared] | list[StateInfo]
     for ref, states in dset.operators.items():
         matches = [op for op in meta.operators if ref in (op.id, op.uid, op.name)]
         if not matches:
@@ -397,8 +411,8 @@ def apply_descriptors(meta, descriptors):
     return StateMeta(meta.storage, meta.metadata, tuple(operators))
 
 
-def _declared_state(op, state, new_name: str, declared: Declared, source: str):
-    where = dict(operator=op.label, state=state.name)
+def _declared_state(op: OperatorMeta, state: StateInfo, new_name: str, declared: Declared, source: str) -> StateInfo:
+    where: dict[str, Any] = dict(operator=op.label, state=state.name)
     java_value = state.serializer_classes.get("VALUE_SERIALIZER", "")
     note = f"stored as {state.name}; declared {declared.state_type} {declared.type.text()} by a descriptor file"
     attrs = dict(declared=declared.type.text(), stored_name=state.name, source=source)
@@ -482,12 +496,12 @@ THREAD_MODE_PICKLE_NOTE = (
 )
 
 
-def _declared_thread_state(op, state, declared: Declared, source: str):
+def _declared_thread_state(op: OperatorMeta, state: StateInfo, declared: Declared, source: str) -> StateInfo:
     """A thread-mode PyFlink state declared by its real name: its byte[] parts are pickles (or, declared
     BYTES, plain bytes); parts Flink stores with Java serializers keep them."""
     if any(_is_pyflink(part) for part in (state.value, state.user_key)):
         return state  # already declared (a stateInfo written with descriptors)
-    where = dict(operator=op.label, state=state.name)
+    where: dict[str, Any] = dict(operator=op.label, state=state.name)
     expected_kind = {"MAP": "MAP", "LIST": "LIST"}.get(declared.state_type, "VALUE")
     if state.state_type != expected_kind:
         raise FormatError(
@@ -547,10 +561,11 @@ def _mark_thread_type(desc: TypeDescriptor, t: CoderType) -> TypeDescriptor:
 
 def pickle_bytes(pickled: bool, declared: str | None = None) -> TypeDescriptor:
     """A ``bytes`` type (BytePrimitiveArraySerializer) known to hold PyFlink pickles, or known not to."""
-    return TypeDescriptor.of("bytes", **{PICKLE_ATTR: pickled}, declared=declared)
+    # ignore: mypy takes the unpacked key for a possible "fields"; it is an attribute name.
+    return TypeDescriptor.of("bytes", **{PICKLE_ATTR: pickled}, declared=declared)  # type: ignore[arg-type]
 
 
-def is_pyflink_thread_keyed(state) -> bool:
+def is_pyflink_thread_keyed(state: StateInfo) -> bool:
     """A keyed state as PyFlink's thread mode writes it: PyFlink keys every ``key_by`` by a Java Row of
     one field (both modes), and thread mode keeps the declared name (process mode: python-state-...)."""
     key = state.key
@@ -586,7 +601,7 @@ def _has_pickles(desc: TypeDescriptor | None) -> bool:
     return any(_has_pickles(t) for _, t in desc.fields)
 
 
-def with_pyflink_pickles(meta, *, unpickle: bool):
+def with_pyflink_pickles(meta: StateMeta, *, unpickle: bool) -> StateMeta:
     """The StateMeta for reading PyFlink thread-mode pickles (the same object when there are none).
 
     Thread mode stores TUPLE, ROW and PICKLED values (and AggregatingState accumulators of those
@@ -610,7 +625,7 @@ def with_pyflink_pickles(meta, *, unpickle: bool):
     return StateMeta(meta.storage, meta.metadata, tuple(operators))
 
 
-def _state_with_pickles(state, unpickle: bool):
+def _state_with_pickles(state: StateInfo, unpickle: bool) -> StateInfo:
     undeclared = is_pyflink_thread_keyed(state)
     value = _pickle_parts(state.value, undeclared, unpickle)
     user_key = _pickle_parts(state.user_key, undeclared, unpickle) if state.user_key is not None else None
@@ -619,18 +634,19 @@ def _state_with_pickles(state, unpickle: bool):
     notes = tuple(n for n in state.notes if not n.startswith(PICKLE_NOTE_START))
     if not unpickle:
         what = {"MAP": "this map's byte[] values", "LIST": "this list's elements"}.get(
-            state.state_type, "this state's values"
+            state.state_type,  # type: ignore[arg-type]  # None (no state type) gets the default
+            "this state's values",
         )
         notes += (THREAD_MODE_PICKLE_NOTE.format(what=what),)
     return replace(state, value=value, user_key=user_key, notes=notes)
 
 
-def pickled_notes(state) -> list[str]:
+def pickled_notes(state: StateInfo) -> list[str]:
     """Why a state's byte[] parts read as bytes: they are PyFlink pickles (read without unpickling)."""
     return [n for n in _state_with_pickles(state, False).notes if n.startswith(PICKLE_NOTE_START)]
 
 
-def _pyflink(layout: str, t: CoderType, **attrs) -> TypeDescriptor:
+def _pyflink(layout: str, t: CoderType, **attrs: Any) -> TypeDescriptor:
     """A ``pyflink`` descriptor: how Java frames the bytes (layout), the coder type and the result.
 
     layouts: ``plain`` = one byte array holding one coder value (map keys and values);
@@ -646,7 +662,7 @@ def _pyflink(layout: str, t: CoderType, **attrs) -> TypeDescriptor:
 # ----------------------------------------------------------------------------- from PyFlink objects
 
 
-def type_from_pyflink(type_info) -> str:
+def type_from_pyflink(type_info: Any) -> str:
     """The declared-type text of a PyFlink ``TypeInformation`` (duck-typed: no pyflink import)."""
     cls = type(type_info).__name__
     if cls == "PickledBytesTypeInfo":

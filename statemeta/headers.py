@@ -70,7 +70,7 @@ class StreamHeader:
 class _Recover(Exception):
     """Raised inside a trial parse: the serializer starting at ``start`` could not be read."""
 
-    def __init__(self, start: int, reason: str):
+    def __init__(self, start: int, reason: str) -> None:
         self.start = start
         self.reason = reason
 
@@ -144,7 +144,9 @@ class _RecoveryExhausted(Exception):
     """The trial-parse budget ran out: the header cannot be recovered within bounded work."""
 
 
-def _parse_with_recovery(data: bytes, name: str, base: int, parser_class) -> StreamHeader:
+def _parse_with_recovery(
+    data: bytes, name: str, base: int, parser_class: type[_KeyedHeaderParser | _OperatorHeaderParser]
+) -> StreamHeader:
     work_limit = max(2, RECOVERY_WORK_BYTES // max(len(data), 1))
     budget = [_attempt_limit(0, work_limit)]
     first_failure: list[_Recover] = []
@@ -272,7 +274,7 @@ _ENUM_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 class _HeaderParser:
-    def __init__(self, data: bytes, name: str, base: int, skips: dict[int, tuple[int, str]]):
+    def __init__(self, data: bytes, name: str, base: int, skips: dict[int, tuple[int, str]]) -> None:
         self.bytes = data
         self.base = base
         self.data = DataInput.of_bytes(data, name, base=base)

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta
 
 # Rows a notebook table shows before it says how many it left out.
 MAX_HTML_ROWS = 50
@@ -21,7 +25,7 @@ STYLE = (
 )
 
 
-def escape(value) -> str:
+def escape(value: object) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
@@ -76,7 +80,7 @@ def block(body: str) -> str:
 STATE_COLUMNS = ("state", "kind", "key", "namespace", "value", "decode", "subtasks")
 
 
-def _state_row(state) -> tuple:
+def _state_row(state: StateInfo) -> tuple[str, ...]:
     kind = state.kind + (f" {state.state_type}" if state.state_type else "")
     decode = "full" if state.decode_status == "full" else "raw: " + "; ".join(state.raw_reasons)
     subtasks = sorted({loc.subtask for loc in state.locations if loc.subtask is not None})
@@ -91,7 +95,7 @@ def _state_row(state) -> tuple:
     )
 
 
-def _operator_heading(op) -> str:
+def _operator_heading(op: OperatorMeta) -> str:
     names = escape(op.label) + (
         f' <span class="note">(name {escape(op.name)})</span>' if op.name and op.uid and op.name != op.uid else ""
     )
@@ -105,7 +109,7 @@ def _operator_heading(op) -> str:
     )
 
 
-def _operator_body(op) -> str:
+def _operator_body(op: OperatorMeta) -> str:
     parts = [_operator_heading(op)]
     for reason in op.unsupported:
         parts.append(f'<div class="raw">not readable: {escape(reason)}</div>')
@@ -116,7 +120,7 @@ def _operator_body(op) -> str:
     return "".join(parts)
 
 
-def state_meta_html(meta) -> str:
+def state_meta_html(meta: StateMeta) -> str:
     md = meta.metadata
     states = sum(len(op.states) for op in meta.operators)
     head = (
@@ -128,9 +132,9 @@ def state_meta_html(meta) -> str:
     return block(head + "".join(_operator_body(op) for op in meta.operators))
 
 
-def operator_html(op) -> str:
+def operator_html(op: OperatorMeta) -> str:
     return block(_operator_body(op))
 
 
-def state_html(state) -> str:
+def state_html(state: StateInfo) -> str:
     return block(table(STATE_COLUMNS, [_state_row(state)]))

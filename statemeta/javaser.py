@@ -60,13 +60,15 @@ _PRIMITIVES = {
 class _ClassDesc:
     __slots__ = ("name", "flags", "fields", "superclass")
 
-    def __init__(self, name: str, flags: int, fields: list[tuple[str, str]], superclass: _ClassDesc | None):
+    def __init__(self, name: str, flags: int, fields: list[tuple[str, str]], superclass: _ClassDesc | None) -> None:
         self.name = name
         self.flags = flags
         self.fields = fields
         self.superclass = superclass
 
     def hierarchy(self) -> list[_ClassDesc]:
+        chain: list[_ClassDesc]
+        desc: _ClassDesc | None
         chain, desc = [], self
         while desc is not None:
             if len(chain) > MAX_DEPTH:  # a back-reference can make a class its own ancestor
@@ -80,7 +82,7 @@ class _ClassDesc:
 
 
 class _Parser:
-    def __init__(self, data: bytes, file: str):
+    def __init__(self, data: bytes, file: str) -> None:
         self.data = data
         self.pos = 0
         self.file = file
@@ -104,7 +106,7 @@ class _Parser:
     def u8(self) -> int:
         return self.take(1)[0]
 
-    def unpack(self, code: str):
+    def unpack(self, code: str) -> int | float:
         fmt = _PRIMITIVES[code]
         return fmt.unpack(self.take(fmt.size))[0]
 
@@ -147,7 +149,7 @@ class _Parser:
         if tc == TC_REFERENCE:
             return self.reference()
         if tc == TC_STRING:
-            value = self.utf()
+            value: object = self.utf()
             self.new_handle(value)
             return value
         if tc == TC_LONGSTRING:
@@ -234,7 +236,7 @@ class _Parser:
         return desc
 
     def annotations(self) -> list[object]:
-        items = []
+        items: list[object] = []
         while True:
             if self.pos < len(self.data) and self.data[self.pos] == TC_ENDBLOCKDATA:
                 self.pos += 1

@@ -238,7 +238,7 @@ def read_metadata(path: str | Storage) -> CheckpointMetadata:
 
 
 class _MetadataParser:
-    def __init__(self, data: DataInput, storage: Storage, size: int):
+    def __init__(self, data: DataInput, storage: Storage, size: int) -> None:
         self.data = data
         self.storage = storage
         self.size = size
@@ -383,7 +383,14 @@ class _MetadataParser:
 
     def _stream_handle(
         self,
-        allow=(TAG_NULL, TAG_BYTE_STREAM, TAG_FILE, TAG_RELATIVE_FILE, TAG_SEGMENT_FILE, TAG_EMPTY_SEGMENT_FILE),
+        allow: tuple[int, ...] = (
+            TAG_NULL,
+            TAG_BYTE_STREAM,
+            TAG_FILE,
+            TAG_RELATIVE_FILE,
+            TAG_SEGMENT_FILE,
+            TAG_EMPTY_SEGMENT_FILE,
+        ),
         tag: int | None = None,
     ) -> StreamHandle | None:
         data = self.data

@@ -7,8 +7,11 @@ element offsets). Reading it touches ``_metadata`` and the stream headers only, 
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from statecat.statemeta.errors import FormatError, LookupFailedError, did_you_mean
 from statecat.statemeta.headers import (
@@ -32,6 +35,9 @@ from statecat.statemeta.metadata import (
 from statecat.statemeta.source_splits import ENUMERATOR_TYPE, SOURCE_READER_STATE, SPLIT_TYPE
 from statecat.statemeta.storage import Storage, open_storage
 from statecat.statemeta.types import TypeDescriptor, collapse_raw
+
+if TYPE_CHECKING:
+    from statecat.statemeta.descriptors import DescriptorSource
 
 STATE_KINDS = ("keyed", "timer", "operator_list", "union", "broadcast", "coordinator")
 # The operator coordinator's checkpoint (e.g. a FLIP-27 source's split enumerator) shown as a state.
@@ -227,7 +233,7 @@ class StateMeta:
             hint="Name the operator with --operator ID|UID|NAME",
         )
 
-    def states(self):
+    def states(self) -> Iterator[tuple[OperatorMeta, StateInfo]]:
         for op in self.operators:
             for state in op.states:
                 yield op, state
@@ -238,8 +244,8 @@ def load_state_meta(
     *,
     use_state_info: bool = True,
     state_info: str | None = None,
-    descriptors=None,
-    allowed_roots=None,
+    descriptors: DescriptorSource | None = None,
+    allowed_roots: Iterable[str | os.PathLike[str]] | None = None,
 ) -> StateMeta:
     """The StateMeta of a savepoint: from its stateInfo when one matches ``_metadata``, else derived.
 
@@ -310,7 +316,12 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
     )
 
 
-def _collect_keyed(storage: Storage, subtask: int, handle: KeyGroupsHandle, into: dict) -> None:
+def _collect_keyed(
+    storage: Storage,
+    subtask: int,
+    handle: KeyGroupsHandle,
+    into: dict[str, tuple[StateMetaInfo, TypeDescriptor, list[KeyedLocation]]],
+) -> None:
     header: StreamHeader = read_keyed_header(storage, handle.stream, list(handle.offsets))
     layout = key_group_layout(storage, handle)
     for state_id, info in enumerate(header.states):
@@ -328,10 +339,16 @@ def _collect_keyed(storage: Storage, subtask: int, handle: KeyGroupsHandle, into
         if info.name in into:
             into[info.name][2].append(location)
         else:
-            into[info.name] = (info, header.key, [location])
+            # A keyed header always has its key serializer (only operator headers have none).
+            into[info.name] = (info, cast(TypeDescriptor, header.key), [location])
 
 
-def _collect_native(storage: Storage, subtask: int, handle: NativeRocksDBHandle, into: dict) -> None:
+def _collect_native(
+    storage: Storage,
+    subtask: int,
+    handle: NativeRocksDBHandle,
+    into: dict[str, tuple[StateMetaInfo, TypeDescriptor, list[KeyedLocation]]],
+) -> None:
     """A RocksDB instance's states: the meta-data stream is the keyed proxy header alone."""
     header: StreamHeader = read_keyed_header(storage, handle.meta_stream, [])
     for state_id, info in enumerate(header.states):
@@ -352,7 +369,8 @@ def _collect_native(storage: Storage, subtask: int, handle: NativeRocksDBHandle,
         if info.name in into:
             into[info.name][2].append(location)
         else:
-            into[info.name] = (info, header.key, [location])
+            # A keyed header always has its key serializer (only operator headers have none).
+            into[info.name] = (info, cast(TypeDescriptor, header.key), [location])
 
 
 def key_group_layout(storage: Storage, handle: KeyGroupsHandle) -> str:
@@ -372,7 +390,12 @@ def key_group_layout(storage: Storage, handle: KeyGroupsHandle) -> str:
     return HEAP_CHECKPOINT_LAYOUT
 
 
-def _collect_operator(storage: Storage, subtask: int, handle: OperatorStreamHandle, into: dict) -> None:
+def _collect_operator(
+    storage: Storage,
+    subtask: int,
+    handle: OperatorStreamHandle,
+    into: dict[str, tuple[StateMetaInfo, list[OperatorLocation]]],
+) -> None:
     all_offsets = [o for entry in handle.entries for o in entry.offsets]
     header = read_operator_header(storage, handle.stream, all_offsets)
     infos = {info.name: info for info in header.states + header.broadcast_states}
@@ -404,7 +427,9 @@ def _classes(info: StateMetaInfo) -> dict[str, str]:
     return {k: v.describe() for k, v in info.serializers.items()}
 
 
-def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, locations: list) -> StateInfo:
+def _keyed_state(
+    operator_id: str, info: StateMetaInfo, key: TypeDescriptor, locations: list[KeyedLocation]
+) -> StateInfo:
     serializers = info.serializers
     value = serializers.get("VALUE_SERIALIZER") or TypeDescriptor.raw("<none>", "the state has no value serializer")
     notes = []
@@ -479,7 +504,7 @@ def _keyed_state(operator_id: str, info: StateMetaInfo, key: TypeDescriptor, loc
     )
 
 
-def _operator_state(operator_id: str, info: StateMetaInfo, locations: list) -> StateInfo:
+def _operator_state(operator_id: str, info: StateMetaInfo, locations: list[OperatorLocation]) -> StateInfo:
     mode = info.options.get(
         "OPERATOR_STATE_DISTRIBUTION_MODE", "BROADCAST" if info.backend_type == "BROADCAST" else "SPLIT_DISTRIBUTE"
     )
@@ -494,7 +519,7 @@ def _operator_state(operator_id: str, info: StateMetaInfo, locations: list) -> S
         value = SPLIT_TYPE
     else:
         value = collapse_raw(value)
-    notes = ()
+    notes: tuple[str, ...] = ()
     if info.name.startswith(PYFLINK_PROCESS_STATE_PREFIX) and kind == "broadcast":
         # Java frames each entry's key and value as byte arrays of PyFlink coder bytes: readable as
         # bytes; their types come from the job's descriptors.

@@ -55,6 +55,8 @@ def operator_kind(op: OperatorMeta) -> str:
 def stable_state_names(meta: StateMeta) -> dict[tuple[str, str], str]:
     """(operator id, state name) → a stable, SQL-safe table name for every state of the savepoint."""
     by_state: dict[str, list[tuple[OperatorMeta, str]]] = defaultdict(list)
+    # The name holds owners of a state name first, then the candidates for a table name.
+    owners: list[tuple[OperatorMeta, str]] | list[tuple[str, str, str]]
     for op, state in meta.states():
         by_state[sql_name(state.name)].append((op, state.name))
     names: dict[tuple[str, str], str] = {}

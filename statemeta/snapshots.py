@@ -10,6 +10,7 @@ class name as the reason.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, cast
 
 from statecat.statemeta.binary import DataInput
 from statecat.statemeta.errors import FormatError, StatecatError
@@ -40,7 +41,7 @@ MAX_TYPE_LENGTH = (1 << 31) - 1
 class UnknownSnapshotError(StatecatError):
     """A snapshot class whose payload layout statecat does not know."""
 
-    def __init__(self, class_name: str, *, file: str, offset: int):
+    def __init__(self, class_name: str, *, file: str, offset: int) -> None:
         self.class_name = class_name
         super().__init__(f"unknown serializer snapshot class {class_name}", file=file, offset=offset)
 
@@ -155,7 +156,7 @@ _LOGICAL_ROOTS_WITH_PRECISION = (
 class SnapshotReader:
     """Reads serializer snapshots from an in-memory header (``DataInput.of_bytes``)."""
 
-    def __init__(self, data: DataInput, header: bytes, base: int):
+    def __init__(self, data: DataInput, header: bytes, base: int) -> None:
         self.data = data
         self._header = header
         self._base = base
@@ -339,7 +340,7 @@ def _either(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     return TypeDescriptor.of("either", [("left", nested[0]), ("right", nested[1])])
 
 
-def _pass_through(kind: str):
+def _pass_through(kind: str) -> Callable[[SnapshotReader, int, str], TypeDescriptor]:
     def parse(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
         _, nested = reader.composite(version, name, nested=1)
         return TypeDescriptor.of(kind, [("value", nested[0])])
@@ -361,7 +362,8 @@ def _enum(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     data = reader.data
     enum_class = data.read_utf()
     constants = [data.read_utf() for _ in range(data.read_length("number of enum constants", limit=MAX_FIELDS))]
-    return TypeDescriptor.of("enum", **{"class": enum_class, "constants": constants})
+    # ignore: mypy takes the unpacked keys for a possible "fields"; they are attribute names.
+    return TypeDescriptor.of("enum", **{"class": enum_class, "constants": constants})  # type: ignore[arg-type]
 
 
 def _decimal_data(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
@@ -385,7 +387,8 @@ def _check_range(what: str, value: object, low: int, high: int, file: str, offse
 
 def _check_decimal(precision: object, scale: object, file: str, offset: int | None) -> None:
     _check_range("decimal precision", precision, 1, MAX_DECIMAL_PRECISION, file, offset)
-    _check_range("decimal scale", scale, 0, precision, file, offset)
+    # The precision is an int: checked on the line above.
+    _check_range("decimal scale", scale, 0, cast(int, precision), file, offset)
 
 
 def _binary_rowdata(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
@@ -423,13 +426,14 @@ def _pojo(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     fields = reader.optional_map(lambda d: reader.versioned())
     registered = reader.optional_map(lambda d: reader.versioned())
     reader.optional_map(lambda d: reader.versioned())  # non-registered subclasses
-    attrs = {"class": pojo_class}
+    attrs: dict[str, Any] = {"class": pojo_class}
     if registered:
         attrs["registered_subclasses"] = [n for n, _ in registered]
     missing = [n for n, t in fields if t is None]
     if missing:
         return TypeDescriptor.raw(name, f"POJO {pojo_class} has fields whose class is gone: {', '.join(missing)}")
-    return TypeDescriptor.of("pojo", [(n, t) for n, t in fields], **attrs)
+    # Every field's type was read by versioned(): none is missing (checked above).
+    return TypeDescriptor.of("pojo", [(n, cast(TypeDescriptor, t)) for n, t in fields], **attrs)
 
 
 def _kryo(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:

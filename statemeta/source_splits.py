@@ -49,7 +49,7 @@ def _t(kind: str) -> TypeDescriptor:
     return TypeDescriptor.of(kind)
 
 
-def _row(*fields) -> TypeDescriptor:
+def _row(*fields: tuple[str, TypeDescriptor]) -> TypeDescriptor:
     return TypeDescriptor.of("row", list(fields))
 
 

@@ -18,7 +18,7 @@ import posixpath
 import tempfile
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow.fs as pafs
 
@@ -28,6 +28,7 @@ from statecat.statemeta.metadata import (
     CheckpointMetadata,
     FileStream,
     InlineStream,
+    KeyedHandle,
     KeyGroupsHandle,
     MasterState,
     NativeRocksDBHandle,
@@ -56,6 +57,9 @@ from statecat.statemeta.snapshots import PRIMITIVE_ARRAY_SNAPSHOTS, SIMPLE_SNAPS
 from statecat.statemeta.storage import METADATA_FILE, Storage, open_regular_file, open_storage
 from statecat.statemeta.types import TypeDescriptor
 
+if TYPE_CHECKING:
+    from statecat.statemeta.descriptors import DescriptorSource
+
 STATE_INFO_FILE = "stateInfo"
 FORMAT_NAME = "statecat.stateInfo"
 FORMAT_VERSION = 1
@@ -79,7 +83,7 @@ def _serializer_of_snapshot(snapshot: str) -> str:
 
 # Descriptor kind → Java serializer class. Simple kinds come from the snapshot tables of the
 # header parser, so both stay in step.
-SERIALIZER_CLASSES: dict[str, str] = {}
+SERIALIZER_CLASSES: dict[str, str | None] = {}
 for _snapshot, _kind in SIMPLE_SNAPSHOTS.items():
     SERIALIZER_CLASSES.setdefault(_kind, _serializer_of_snapshot(_snapshot))
 SERIALIZER_CLASSES.update(
@@ -216,7 +220,7 @@ def _operator_json(storage: Storage, op: OperatorMeta | None, raw: OperatorState
         "states": [],
     }
     if op is not None:
-        handles = {s.index: s for s in raw.subtasks}
+        handles: dict[int | None, SubtaskState] = {s.index: s for s in raw.subtasks}
         out["states"] = [_state_json(storage, op, state, handles) for state in op.states]
     return out
 
@@ -234,7 +238,7 @@ def _stream_json(storage: Storage, stream: StreamHandle | None) -> dict | None:
     return {"kind": stream.kind, "path": path, "size": stream.size, "start": stream.start}
 
 
-def _keyed_handle_json(storage: Storage, handle) -> dict | None:
+def _keyed_handle_json(storage: Storage, handle: KeyedHandle | None) -> dict | None:
     if handle is None:
         return None
     if isinstance(handle, KeyGroupsHandle):
@@ -304,7 +308,7 @@ def _type_json(desc: TypeDescriptor | None) -> dict | None:
     }
 
 
-def _state_json(storage: Storage, op: OperatorMeta, state: StateInfo, handles: dict[int, SubtaskState]) -> dict:
+def _state_json(storage: Storage, op: OperatorMeta, state: StateInfo, handles: dict[int | None, SubtaskState]) -> dict:
     locations = [_location_json(storage, loc, handles.get(loc.subtask)) for loc in state.locations]
     declared = _declared(state)
     return {
@@ -325,7 +329,7 @@ def _state_json(storage: Storage, op: OperatorMeta, state: StateInfo, handles: d
     }
 
 
-def _location_json(storage: Storage, loc, subtask: SubtaskState | None) -> dict:
+def _location_json(storage: Storage, loc: KeyedLocation | OperatorLocation, subtask: SubtaskState | None) -> dict:
     """A location as a reference into the handles index when it is a handle's, else in full."""
     if isinstance(loc, KeyedLocation):
         if subtask is not None and _same_keyed(subtask.managed_keyed, loc):
@@ -391,7 +395,7 @@ def _declared(state: StateInfo) -> dict | None:
     }
 
 
-def _same_keyed(handle, loc: KeyedLocation) -> bool:
+def _same_keyed(handle: KeyedHandle | None, loc: KeyedLocation) -> bool:
     if loc.native is not None:
         return handle == loc.native
     return (
@@ -510,7 +514,7 @@ def _stream_from(storage: Storage, data: dict | None) -> StreamHandle | None:
     return FileStream(path, size, kind, start)
 
 
-def _natural(value, what: str) -> int:
+def _natural(value: object, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"{what} {value!r} is not a non-negative integer")
     return value
@@ -527,15 +531,17 @@ def _subtask_from(storage: Storage, data: dict) -> SubtaskState:
     )
 
 
-def _keyed_handle_from(storage: Storage, data: dict | None):
+def _keyed_handle_from(storage: Storage, data: dict | None) -> KeyedHandle | None:
     if data is None:
         return None
+    handle: KeyGroupsHandle | NativeRocksDBHandle
     if data["type"] == "key_groups":
         handle = KeyGroupsHandle(
             data["kind"],
             _natural(data["start_key_group"], "start key-group"),
             tuple(data["offsets"]),
-            _stream_from(storage, data["stream"]),
+            # A null stream (a damaged document) fails at .size below: AttributeError, a FormatError.
+            cast(StreamHandle, _stream_from(storage, data["stream"])),
         )
         check_key_group_offsets(handle.offsets, handle.stream.size, storage.display(storage.metadata_path), None)
         return handle
@@ -546,8 +552,12 @@ def _keyed_handle_from(storage: Storage, data: dict | None):
             _natural(data["start_key_group"], "start key-group"),
             _natural(data["num_key_groups"], "key-group count"),
             data["checkpointed_size"],
-            _stream_from(storage, data["meta_stream"]),
-            tuple(RocksDBFile(f["name"], _stream_from(storage, f["stream"]), bool(f["shared"])) for f in data["files"]),
+            # ignore: a null stream (a damaged document) passes here, though _metadata's parser refuses one.
+            _stream_from(storage, data["meta_stream"]),  # type: ignore[arg-type]
+            tuple(
+                RocksDBFile(f["name"], _stream_from(storage, f["stream"]), bool(f["shared"]))  # type: ignore[arg-type]
+                for f in data["files"]
+            ),
             data["handle_id"],
         )
         if any(not f.name or "/" in f.name for f in handle.files):
@@ -562,7 +572,8 @@ def _operator_handle_from(storage: Storage, data: dict | None) -> OperatorStream
     if data is None:
         return None
     entries = tuple(OperatorStateEntry(e["name"], e["mode"], tuple(e["offsets"])) for e in data["entries"])
-    stream = _stream_from(storage, data["stream"])
+    # A null stream (a damaged document) fails at .size below when there are entries: AttributeError, a FormatError.
+    stream = cast(StreamHandle, _stream_from(storage, data["stream"]))
     for entry in entries:
         check_operator_offsets(entry, stream.size, storage.display(storage.metadata_path), None)
     return OperatorStreamHandle(entries, stream, data["kind"])
@@ -578,7 +589,9 @@ def _state_from(
     if data["kind"] not in STATE_KINDS or not isinstance(data["name"], str):
         raise ValueError(f"state {data['name']!r} has unknown kind {data['kind']!r}")
     keyed = data["kind"] in ("keyed", "timer")
-    locations = []
+    locations: list[KeyedLocation | OperatorLocation] = []
+    handle: KeyedHandle | OperatorStreamHandle | None
+    offsets: tuple[int, ...]
     for loc in data["locations"]:
         subtask = loc["subtask"]
         if subtask is not None:
@@ -593,14 +606,16 @@ def _state_from(
             else:
                 raise ValueError(f"subtask {subtask} has no key-groups handle")
         elif loc["handle"] == "managed_operator":
-            handle = subtasks[subtask].managed_operator
+            # None (no operator handle) fails at .entries below: AttributeError, a FormatError.
+            handle = cast(OperatorStreamHandle, subtasks[subtask].managed_operator)
             entries = [e for e in handle.entries if e.name == loc["entry"]]
             if len(entries) != 1:
                 raise ValueError(f"subtask {subtask} has no operator state entry {loc['entry']!r}")
             stream, offsets = handle.stream, entries[0].offsets
         elif loc["type"] in ("keyed", "operator"):
             native = None
-            stream = _stream_from(storage, loc["stream"])
+            # A null stream (a damaged document) fails at .size below: AttributeError, a FormatError.
+            stream = cast(StreamHandle, _stream_from(storage, loc["stream"]))
             offsets = tuple(loc["offsets"])
             if loc["type"] == "keyed":
                 start = _natural(loc["start_key_group"], "start key-group")
@@ -650,7 +665,7 @@ def _state_from(
         data["state_type"],
         _type_from(data["key"]),
         _type_from(data["namespace"]),
-        _type_from(data["value"]),
+        _type_from(data["value"]),  # type: ignore[arg-type]  # a null value (a damaged document) passes unchecked
         _type_from(data["user_key"]),
         tuple(locations),
         dict(data["serializer_snapshots"]),
@@ -682,7 +697,7 @@ def render(doc: dict) -> str:
     return _pretty(doc) + "\n"
 
 
-def _pretty(o, pad: str = "") -> str:
+def _pretty(o: Any, pad: str = "") -> str:
     # Indented like json.dumps(indent=1), but lists of scalars (offsets) stay on one line.
     inner = pad + " "
     if isinstance(o, dict) and o:
@@ -911,7 +926,11 @@ def _now() -> str:
 
 
 def snapshot(
-    path: str | Storage, output_dir: str | None = None, *, descriptors=None, taken: dict | None = None
+    path: str | Storage,
+    output_dir: str | None = None,
+    *,
+    descriptors: DescriptorSource | None = None,
+    taken: dict | None = None,
 ) -> WriteResult:
     """``statecat snapshot``: derive StateMeta from ``_metadata`` + stream headers, write stateInfo.
 

@@ -17,12 +17,18 @@ import os
 import posixpath
 import re
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 from urllib.parse import urlsplit
 
 import pyarrow.fs as pafs
 
 from statecat.statemeta.errors import FormatError, SavepointNotFoundError, StateFileError
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+    from pyarrow import NativeFile
 
 METADATA_FILE = "_metadata"
 SAVEPOINT_DIR_PREFIXES = ("savepoint-", "chk-")
@@ -86,7 +92,7 @@ class Storage:
     def is_local(self) -> bool:
         return isinstance(self.filesystem, pafs.LocalFileSystem)
 
-    def with_allowed_roots(self, roots) -> Storage:
+    def with_allowed_roots(self, roots: Iterable[str | os.PathLike[str]]) -> Storage:
         """This storage, also allowing reads under ``roots`` (paths or URIs)."""
         extra = tuple(str(r) for r in roots if str(r).strip())
         for root in extra:
@@ -189,7 +195,8 @@ class Storage:
                 hint="The _metadata file or stateInfo is damaged or was crafted",
             )
         if "://" in path:  # another filesystem than the savepoint's
-            scheme, inner = _split_uri(path)
+            # A URI: _split_uri gives it a scheme.
+            scheme, inner = cast("tuple[str, str]", _split_uri(path))
             if scheme == "file":
                 inner = _real_local(inner)
             if any(root.holds(scheme, inner) for root in self._user_roots):
@@ -251,7 +258,7 @@ class StateFile(io.RawIOBase):
     or position is a ``FormatError`` naming the file and offset instead of a bare ``ValueError``.
     """
 
-    def __init__(self, raw, name: str, size: int, buffer_size: int = 1 << 16):
+    def __init__(self, raw: io.RawIOBase | NativeFile, name: str, size: int, buffer_size: int = 1 << 16) -> None:
         super().__init__()
         self._buffer = io.BufferedReader(raw, buffer_size=buffer_size)
         self.name = name
@@ -299,7 +306,7 @@ class StateFile(io.RawIOBase):
         except OSError as exc:
             raise StateFileError(f"cannot read state file: {exc}", file=self.name, offset=at) from exc
 
-    def readinto(self, buffer) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         data = self.read(len(memoryview(buffer)))
         memoryview(buffer)[: len(data)] = data
         return len(data)
@@ -351,7 +358,7 @@ def regular_file_size(filesystem: pafs.FileSystem, path: str, display: str) -> i
     return info.size
 
 
-def _open_local(path: str, display: str):
+def _open_local(path: str, display: str) -> tuple[io.FileIO, int]:
     """Opens a local regular file without blocking (a FIFO's open would wait for a writer)."""
     before = _regular_file_stat(path, display)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -418,7 +425,8 @@ def _uri_inner_path(uri: str) -> str:
 def _parse_root(root: str) -> Root:
     root = str(root).strip()
     if "://" in root or root.startswith("file:"):
-        scheme, path = _split_uri(root)
+        # A URI (or file:): _split_uri gives it a scheme.
+        scheme, path = cast("tuple[str, str]", _split_uri(root))
         if scheme == "file":
             return Root("file", _real_local(os.path.abspath(path)))
         return Root(scheme, path)
@@ -438,7 +446,7 @@ def allowed_roots_from_env() -> tuple[str, ...]:
     return split_roots(os.environ.get(ALLOWED_ROOTS_ENV, ""))
 
 
-def allow_roots_for_process(roots) -> None:
+def allow_roots_for_process(roots: Iterable[str | os.PathLike[str]]) -> None:
     """Adds ``roots`` to ``STATECAT_ALLOWED_ROOTS`` of this process (the CLI's ``--allow-root``).
 
     Through the environment the roots reach every way statecat opens a snapshot in this process
@@ -477,7 +485,7 @@ def split_roots(text: str) -> tuple[str, ...]:
 _URI_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 
-def open_storage(path: str, *, allowed_roots=None) -> Storage:
+def open_storage(path: str, *, allowed_roots: Iterable[str | os.PathLike[str]] | None = None) -> Storage:
     """Locates the savepoint directory for a user path.
 
     Accepts the directory holding ``_metadata``, the ``_metadata`` file itself, or a directory
@@ -511,7 +519,13 @@ def open_storage(path: str, *, allowed_roots=None) -> Storage:
         raise SavepointNotFoundError(f"cannot read {raw!r}: {exc}", file=raw) from exc
 
 
-def _open_found(filesystem: pafs.FileSystem, inner: str, info: pafs.FileInfo, raw: str, allowed_roots) -> Storage:
+def _open_found(
+    filesystem: pafs.FileSystem,
+    inner: str,
+    info: pafs.FileInfo,
+    raw: str,
+    allowed_roots: Iterable[str | os.PathLike[str]] | None,
+) -> Storage:
     if info.type == pafs.FileType.File:
         if posixpath.basename(inner) != METADATA_FILE:
             raise SavepointNotFoundError(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import posixpath
 import re
+from typing import Any, cast
 
 import pyarrow.fs as pafs
 
@@ -47,7 +48,7 @@ def iso(moment: dt.datetime) -> str:
     return text.replace("+00:00", "Z")
 
 
-def parse_iso(text) -> dt.datetime | None:
+def parse_iso(text: object) -> dt.datetime | None:
     """A time written by ``iso`` (or any ISO-8601 with a zone), as an aware UTC datetime; None if not one."""
     if not isinstance(text, str):
         return None
@@ -58,12 +59,12 @@ def parse_iso(text) -> dt.datetime | None:
     return moment.astimezone(dt.UTC) if moment.tzinfo is not None else None
 
 
-def rest_record(triggered_at: dt.datetime, completed_at: dt.datetime) -> dict:
+def rest_record(triggered_at: dt.datetime, completed_at: dt.datetime) -> dict[str, str]:
     """The stateInfo ``taken`` record of ``statecat savepoint``: the times it observed."""
     return {"source": SOURCE_REST, "triggered_at": iso(triggered_at), "completed_at": iso(completed_at)}
 
 
-def snapshotter_record(storage: Storage, observed_at: dt.datetime | None = None) -> dict | None:
+def snapshotter_record(storage: Storage, observed_at: dt.datetime | None = None) -> dict[str, str] | None:
     """The stateInfo ``taken`` record of the snapshotter: the ``_metadata`` mtime it saw, kept only when
     it saw the file within ``SNAPSHOTTER_WINDOW`` of that mtime (so the file was still Flink's).
 
@@ -76,7 +77,7 @@ def snapshotter_record(storage: Storage, observed_at: dt.datetime | None = None)
     return {"source": SOURCE_SNAPSHOTTER, "metadata_mtime": iso(mtime)}
 
 
-def time_of_record(record) -> dt.datetime | None:
+def time_of_record(record: object) -> dt.datetime | None:
     """The time a stateInfo ``taken`` record vouches for, or None when it vouches for none."""
     if not isinstance(record, dict):
         return None
@@ -136,4 +137,4 @@ def _recorded(storage: Storage) -> tuple[dt.datetime, str] | None:
             return None  # written for other _metadata bytes: says nothing about these
     except StatecatError:
         return None
-    return moment, record["source"]
+    return moment, cast("dict[str, Any]", record)["source"]  # a dict: time_of_record vouched for it

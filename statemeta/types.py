@@ -10,6 +10,7 @@ and give the Spark SQL type of the column they become.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,7 +81,7 @@ class TypeDescriptor:
     # -- construction helpers
 
     @staticmethod
-    def of(kind: str, fields=(), **attrs: Any) -> TypeDescriptor:
+    def of(kind: str, fields: Iterable[tuple[str, TypeDescriptor]] = (), **attrs: Any) -> TypeDescriptor:
         frozen = tuple(sorted((k, _freeze(v)) for k, v in attrs.items() if v is not None))
         return TypeDescriptor(kind, tuple(fields), frozen)
 
@@ -198,7 +199,7 @@ class TypeDescriptor:
 
     # -- JSON (stateInfo)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind}
         for key, value in self.attrs:
             out[key] = _thaw(value)
@@ -207,7 +208,7 @@ class TypeDescriptor:
         return out
 
     @staticmethod
-    def from_json(data: dict) -> TypeDescriptor:
+    def from_json(data: dict[str, Any]) -> TypeDescriptor:
         attrs = {k: v for k, v in data.items() if k not in ("kind", "fields")}
         fields = tuple((f["name"], TypeDescriptor.from_json(f["type"])) for f in data.get("fields", ()))
         return TypeDescriptor.of(data["kind"], fields, **attrs)

@@ -21,16 +21,23 @@ import logging
 import posixpath
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import pyarrow.fs as pafs
 
-from statecat.statemeta.completeness import required_sizes, shortfalls
+from statecat.statemeta.completeness import Shortfall, required_sizes, shortfalls
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.metadata import read_metadata
 from statecat.statemeta.stateinfo import STATE_INFO_FILE, _filesystem_for, _read_json, is_fresh, snapshot
 from statecat.statemeta.storage import METADATA_FILE, SAVEPOINT_DIR_PREFIXES, Storage, open_storage
+
+if TYPE_CHECKING:
+    from statecat.statemeta.descriptors import DescriptorSet
+
+    # (root, its filesystem, the root's path on it, savepoint directory, its _metadata's FileInfo)
+    Candidate = tuple[str, pafs.FileSystem, str, str, pafs.FileInfo]
 
 log = logging.getLogger("statecat.watch")
 
@@ -62,24 +69,26 @@ class Event:
 class Watcher:
     roots: list[str]
     output: str | None = None
-    descriptors: object = None  # a DescriptorSet
+    descriptors: DescriptorSet | None = None
     max_depth: int = DEFAULT_MAX_DEPTH
     stable_polls: int = 2
     seen: dict[str, _Seen] = field(default_factory=dict)
     # Called with each savepoint's URI once it has a stateInfo (e.g. to register it in the catalog).
     on_ready: Callable[[str], None] | None = None
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         self._fs = [(root, *_filesystem_for(root)) for root in self.roots]
 
     # -- discovery
 
-    def candidates(self):
+    def candidates(self) -> Iterator[Candidate]:
         """(root, filesystem, savepoint dir, _metadata FileInfo) for every savepoint under the roots."""
         for root, filesystem, base in self._fs:
             yield from self._walk(root, filesystem, base, base, 0)
 
-    def _walk(self, root, filesystem, base, directory, depth):
+    def _walk(
+        self, root: str, filesystem: pafs.FileSystem, base: str, directory: str, depth: int
+    ) -> Iterator[Candidate]:
         meta = filesystem.get_file_info(posixpath.join(directory, METADATA_FILE))
         if meta.type == pafs.FileType.File:
             yield root, filesystem, base, directory, meta
@@ -101,7 +110,7 @@ class Watcher:
                 continue  # an in-progress checkpoint/savepoint without _metadata yet
             yield from self._walk(root, filesystem, base, child.path, depth + 1)
 
-    def _warn_once(self, key, message):
+    def _warn_once(self, key: str, message: str) -> None:
         entry = self.seen.get(key)
         if entry is None or entry.error != message:
             log.warning(message)
@@ -146,7 +155,7 @@ class Watcher:
         relative = posixpath.relpath(directory, base)
         return self.output if relative == "." else posixpath.join(self.output, relative)
 
-    def _already_done(self, root, filesystem, base, directory) -> bool:
+    def _already_done(self, root: str, filesystem: pafs.FileSystem, base: str, directory: str) -> bool:
         out = self._output_dir(base, directory)
         if out is None:
             doc_fs, doc_path = filesystem, posixpath.join(directory, STATE_INFO_FILE)
@@ -171,14 +180,17 @@ class Watcher:
             return root
         return root.rstrip("/") + "/" + relative
 
-    def _process(self, root, base, directory, entry: _Seen) -> Event:
+    def _process(self, root: str, base: str, directory: str, entry: _Seen) -> Event:
         """Snapshots the savepoint if it is complete; else says what it waits for or why it is skipped."""
         uri = self._uri(root, base, directory)
         try:
             missing = self._missing(uri, entry)
             if missing:
                 return self._incomplete(uri, directory, entry, missing)
-            result = snapshot(entry.storage, self._output_dir(base, directory), descriptors=self.descriptors)
+            # _missing set entry.storage (with the sizes it needs)
+            result = snapshot(
+                cast(Storage, entry.storage), self._output_dir(base, directory), descriptors=self.descriptors
+            )
         except (StatecatError, OSError) as exc:  # damaged, unreadable or vanished: the same treatment
             return self._skip(uri, directory, entry, str(exc))
         except Exception as exc:  # noqa: BLE001 - a bug on one savepoint must not stop the daemon
@@ -192,12 +204,12 @@ class Watcher:
         return Event("unchanged", directory, result.path)
 
     @staticmethod
-    def _missing(uri: str, entry: _Seen):
+    def _missing(uri: str, entry: _Seen) -> list[Shortfall]:
         """The savepoint's missing or short state files; _metadata is parsed once per stamp."""
         if entry.needed is None:
             entry.storage = open_storage(uri)
             entry.needed = required_sizes(read_metadata(entry.storage))
-        return shortfalls(entry.storage, entry.needed)
+        return shortfalls(cast(Storage, entry.storage), entry.needed)  # set together with needed
 
     def _all_there(self, uri: str, entry: _Seen) -> bool:
         try:
@@ -206,7 +218,7 @@ class Watcher:
             return False  # processing reports it
 
     @staticmethod
-    def _incomplete(uri, directory, entry: _Seen, missing) -> Event:
+    def _incomplete(uri: str, directory: str, entry: _Seen, missing: list[Shortfall]) -> Event:
         detail = f"{len(missing)} state file(s) not there yet: {missing[0]}"
         if entry.status != "incomplete":  # logged once; checked again on every poll
             log.info("waiting for %s: %s", uri, detail)
@@ -214,7 +226,7 @@ class Watcher:
         return Event("incomplete", directory, detail)
 
     @staticmethod
-    def _skip(uri, directory, entry: _Seen, error: str) -> Event:
+    def _skip(uri: str, directory: str, entry: _Seen, error: str) -> Event:
         entry.status, entry.error, entry.storage, entry.needed = "failed", error, None, None
         log.error("skipping %s until its _metadata changes: %s", uri, error)
         return Event("skipped", directory, error)

@@ -14,6 +14,7 @@ import bz2
 import struct
 import zlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import cramjam
 import numba
@@ -42,6 +43,16 @@ from statecat.readers.sst.format import (
 )
 from statecat.statemeta.errors import FormatError, UnsupportedError
 
+if TYPE_CHECKING:
+
+    class BlockSource(Protocol):
+        """Where blocks are read from: a seekable binary file, or a span of one already read."""
+
+        def seek(self, position: int, /) -> int: ...
+
+        def read(self, n: int, /) -> bytes: ...
+
+
 # How values are laid out in a block (the walk's ``value_mode``).
 VALUES_LENGTH_PREFIXED = 0  # data, metaindex, properties, range-deletion and format_version < 4 index blocks
 VALUES_DELTA_HANDLES = 1  # index blocks with index_value_is_delta_encoded: handle or size delta, no length
@@ -66,7 +77,9 @@ HINT_DAMAGED = "The SST file is damaged; copy it again from the snapshot"
 
 
 @numba.njit(cache=True, nogil=True)
-def _varint(buf, pos, limit, max_bytes):  # pragma: no cover - compiled
+def _varint(
+    buf: np.ndarray, pos: int, limit: int, max_bytes: int
+) -> tuple[np.uint64, int]:  # pragma: no cover - compiled
     """(value, next position), or (0, -1) when the varint runs past ``limit`` or ``max_bytes``."""
     result = np.uint64(0)
     shift = 0
@@ -85,24 +98,24 @@ def _varint(buf, pos, limit, max_bytes):  # pragma: no cover - compiled
 
 @numba.njit(cache=True, nogil=True)
 def walk_block(
-    buf,
-    restarts_at,
-    num_restarts,
-    value_mode,
-    have_first_key,
-    key_trailer,
-    fill,
-    keys,
-    key_start,
-    key_len,
-    seq,
-    vtype,
-    value_start,
-    value_len,
-    handle_offset,
-    handle_size,
-    scratch,
-):  # pragma: no cover - compiled
+    buf: np.ndarray,
+    restarts_at: int,
+    num_restarts: int,
+    value_mode: int,
+    have_first_key: bool,
+    key_trailer: bool,
+    fill: bool,
+    keys: np.ndarray,
+    key_start: np.ndarray,
+    key_len: np.ndarray,
+    seq: np.ndarray,
+    vtype: np.ndarray,
+    value_start: np.ndarray,
+    value_len: np.ndarray,
+    handle_offset: np.ndarray,
+    handle_size: np.ndarray,
+    scratch: np.ndarray,
+) -> tuple[int, int, int, int]:  # pragma: no cover - compiled
     """Walks the entries of one uncompressed block; returns (entries, key bytes, error, error position).
 
     With ``fill`` false it only counts entries and total key bytes (the output arrays may be
@@ -157,8 +170,8 @@ def walk_block(
         if fill:  # counting needs the lengths only
             for j in range(ns):
                 scratch[sh + j] = buf[pos + j]
-        pos += ns
-        prev_len = klen
+        pos += ns  # type: ignore[assignment]  # numba types int and np.int64 alike (int64)
+        prev_len = klen  # type: ignore[assignment]  # numba types int and np.int64 alike (int64)
         ukey_len = klen
         if key_trailer:
             if klen < 8:
@@ -170,7 +183,7 @@ def walk_block(
         if value_mode == 0:
             if pos + vlen > restarts_at:
                 return n, total, BLOCK_OVERRUN, entry_at
-            pos += vlen
+            pos += vlen  # type: ignore[assignment]  # numba types int and np.int64 alike (int64)
         else:
             # RocksDB delta-encodes a handle only when the key shares bytes with the previous one.
             if sh == 0:
@@ -201,8 +214,8 @@ def walk_block(
                     return n, total, BLOCK_BAD_HANDLE, entry_at
                 if pos + np.int64(flen) > restarts_at:
                     return n, total, BLOCK_OVERRUN, entry_at
-                pos += np.int64(flen)
-            vlen = pos - vat
+                pos += np.int64(flen)  # type: ignore[assignment]  # numba types int and np.int64 alike (int64)
+            vlen = pos - vat  # type: ignore[assignment]  # numba types int and np.int64 alike (int64)
         if fill:
             key_start[n] = total
             key_len[n] = ukey_len
@@ -219,7 +232,7 @@ def walk_block(
             if value_mode != 0:
                 handle_offset[n] = h_off
                 handle_size[n] = h_size
-        total += ukey_len
+        total += ukey_len  # type: ignore[assignment]  # numba types int and np.int64 alike (int64)
         n += 1
     if n > 0 and next_restart != num_restarts:
         return n, total, BLOCK_BAD_RESTART, restarts_at + 4 * next_restart
@@ -228,20 +241,20 @@ def walk_block(
 
 @numba.njit(cache=True, nogil=True)
 def walk_data_blocks(
-    buf,
-    block_at,
-    block_restarts,
-    block_num_restarts,
-    fill,
-    keys,
-    key_start,
-    key_len,
-    seq,
-    vtype,
-    value_start,
-    value_len,
-    scratch,
-):  # pragma: no cover - compiled
+    buf: np.ndarray,
+    block_at: np.ndarray,
+    block_restarts: np.ndarray,
+    block_num_restarts: np.ndarray,
+    fill: bool,
+    keys: np.ndarray,
+    key_start: np.ndarray,
+    key_len: np.ndarray,
+    seq: np.ndarray,
+    vtype: np.ndarray,
+    value_start: np.ndarray,
+    value_len: np.ndarray,
+    scratch: np.ndarray,
+) -> tuple[int, int, int, int, int]:  # pragma: no cover - compiled
     """``walk_block`` over several uncompressed data blocks laid back to back in ``buf``: returns
     (entries, key bytes, error, failing block, error position in it). With ``fill`` the entries of
     all blocks go to the arrays in order, values as positions in ``buf``."""
@@ -358,7 +371,14 @@ def decode_joined_blocks(buf: np.ndarray, sizes: np.ndarray, offsets: list[int],
 
 
 @numba.njit(cache=True, nogil=True)
-def _restart_layouts(buf, block_at, sizes, max_hash_index_block, restarts, num_restarts):  # pragma: no cover
+def _restart_layouts(
+    buf: np.ndarray,
+    block_at: np.ndarray,
+    sizes: np.ndarray,
+    max_hash_index_block: int,
+    restarts: np.ndarray,
+    num_restarts: np.ndarray,
+) -> int:  # pragma: no cover
     """``restart_layout`` of every block; returns the first block it does not hold for (else -1)."""
     for b in range(block_at.shape[0]):
         at = block_at[b]
@@ -386,7 +406,15 @@ def _restart_layouts(buf, block_at, sizes, max_hash_index_block, restarts, num_r
 
 
 @numba.njit(cache=True, nogil=True)
-def _span_trailers(buf, rel, sizes, compression, stored, body_at, out_size):  # pragma: no cover - compiled
+def _span_trailers(
+    buf: np.ndarray,
+    rel: np.ndarray,
+    sizes: np.ndarray,
+    compression: np.ndarray,
+    stored: np.ndarray,
+    body_at: np.ndarray,
+    out_size: np.ndarray,
+) -> int:  # pragma: no cover - compiled
     """Each block's trailer (compression type, stored checksum) and where its body starts and how
     long it is uncompressed, for blocks stored uncompressed or LZ4-compressed; returns the first
     block it does not take (another compression, a bad size prefix, past the buffer), else -1."""
@@ -465,7 +493,7 @@ def decode_span_fast(
     block_at = np.zeros(n, dtype=np.int64)
     np.cumsum(out_size[:-1], out=block_at[1:])
     out = np.empty(int(out_size.sum()), dtype=np.uint8)
-    target = memoryview(out)
+    target = memoryview(out)  # type: ignore[arg-type]  # an ndarray is a buffer (numpy stubs: on 3.12+ only)
     try:
         for _b, (body, end, at, size, kind) in enumerate(
             zip(body_at.tolist(), ends, block_at.tolist(), out_size.tolist(), compression.tolist())
@@ -509,7 +537,7 @@ class DecodedBlock:
         return [raw[s : s + n] for s, n in zip(self.value_start.tolist(), self.value_len.tolist())]
 
 
-def restart_layout(data, display: str, offset: int) -> tuple[int, int]:
+def restart_layout(data: bytes, display: str, offset: int) -> tuple[int, int]:
     """(offset of the restart array, restart count) of an uncompressed block."""
     size = len(data)
     if size < 4:
@@ -662,7 +690,7 @@ def decode_index_values(block: DecodedBlock, display: str, have_first_key: bool)
 
 
 def read_block_bytes(
-    source,
+    source: BlockSource,
     handle: BlockHandle,
     *,
     file_size: int,
@@ -711,7 +739,7 @@ def read_block_bytes(
     return decompress(payload, compression, display=display, offset=handle.offset, what=what), len(raw)
 
 
-def decompress(payload, compression: int, *, display: str, offset: int, what: str) -> bytes:
+def decompress(payload: memoryview, compression: int, *, display: str, offset: int, what: str) -> bytes:
     """The block contents of ``payload`` stored with ``compression`` (format_version >= 2 framing:
     a varint32 uncompressed size before every kind but Snappy)."""
     if compression == NO_COMPRESSION:

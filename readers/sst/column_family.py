@@ -12,6 +12,7 @@ import bisect
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -23,6 +24,9 @@ from statecat.readers.sst.format import (
 )
 from statecat.readers.sst.table import SstFile, block_entries, block_slice
 from statecat.statemeta.errors import FormatError, UnsupportedError
+
+if TYPE_CHECKING:
+    from statecat.readers.sst.block import DecodedBlock
 
 MergeFunction = Callable[[bytes | None, list[bytes]], bytes]
 
@@ -205,16 +209,18 @@ class _Resolver:
     """Turns versions in internal-key order — (user key, -seq, type, value) rows — into live
     (user key, value) pairs. State carries across blocks/chunks: a key's versions may span them."""
 
-    def __init__(self, covering, merge: MergeFunction, files) -> None:
+    def __init__(self, covering: Callable[[bytes], int] | None, merge: MergeFunction, files: list[SstFile]) -> None:
         self.covering = covering
         self.merge = merge
         self.files = files
-        self.current = None
+        self.current: bytes | None = None
         self.settled = False  # the current key's value is decided: skip its older versions
         self.operands: list[bytes] = []
         self.cover = 0  # -(seq of the newest range deletion covering the current key)
 
-    def blocks(self, blocks, lower, upper) -> Iterator[tuple[bytes, bytes]]:
+    def blocks(
+        self, blocks: Iterable[DecodedBlock], lower: bytes | None, upper: bytes | None
+    ) -> Iterator[tuple[bytes, bytes]]:
         for block in blocks:
             keys, start, stop = block_slice(block, lower, upper)
             if start == stop:
@@ -241,24 +247,24 @@ class _Resolver:
                 yield from self.rows(zip(keys, seqs, vtypes.tolist(), values))
         yield from self.finish()
 
-    def chunks(self, chunks) -> Iterator[tuple[bytes, bytes]]:
+    def chunks(self, chunks: Iterable[list[tuple]]) -> Iterator[tuple[bytes, bytes]]:
         for chunk in chunks:
             yield from self.rows(chunk)
         yield from self.finish()
 
     def finish(self) -> Iterator[tuple[bytes, bytes]]:
         if self.operands:
-            yield self.current, self.merge(None, self.operands[::-1])
+            yield cast(bytes, self.current), self.merge(None, self.operands[::-1])  # operands pending: current is a key
             self.operands = []
         self.settled = True
 
-    def rows(self, rows) -> Iterator[tuple[bytes, bytes]]:
+    def rows(self, rows: Iterable[tuple[bytes, int, int, bytes]]) -> Iterator[tuple[bytes, bytes]]:
         covering, merge = self.covering, self.merge
         current, settled, operands, cover = self.current, self.settled, self.operands, self.cover
         for key, neg_seq, vtype, value in rows:
             if key != current:
                 if operands:
-                    yield current, merge(None, operands[::-1])
+                    yield cast(bytes, current), merge(None, operands[::-1])  # operands pending: current is a key
                     operands = []
                 current = key
                 settled = False

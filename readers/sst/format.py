@@ -152,7 +152,7 @@ class VarintError(ValueError):
     """A varint runs past its buffer or is longer than its type allows (position in args[0])."""
 
 
-def read_varint(buf, pos: int, limit: int, max_bytes: int = 10) -> tuple[int, int]:
+def read_varint(buf: bytes | memoryview, pos: int, limit: int, max_bytes: int = 10) -> tuple[int, int]:
     """(value, next position) of the LEB128 varint at ``pos``; at most ``max_bytes`` bytes
     (5 for varint32, 10 for varint64), never reading at or past ``limit``."""
     result = 0
@@ -180,7 +180,7 @@ class BlockHandle:
     size: int
 
 
-def decode_block_handle(buf, pos: int, limit: int) -> tuple[BlockHandle, int]:
+def decode_block_handle(buf: bytes, pos: int, limit: int) -> tuple[BlockHandle, int]:
     offset, pos = read_varint(buf, pos, limit)
     size, pos = read_varint(buf, pos, limit)
     return BlockHandle(offset, size), pos
@@ -350,14 +350,14 @@ def compute_checksum(checksum_type: int, data: bytes) -> int:
     return 0
 
 
-def block_checksum(checksum_type: int, payload, type_byte: int) -> int:
+def block_checksum(checksum_type: int, payload: bytes | memoryview, type_byte: int) -> int:
     """The checksum of a block's ``payload`` followed by its compression ``type_byte`` (RocksDB's
     ComputeBuiltinChecksumWithLastByte), without copying the payload."""
     if checksum_type == CRC32C:
         crc = crc32c.crc32c(bytes((type_byte,)), value=crc32c.crc32c(payload))
         return ((((crc >> 15) | (crc << 17)) & 0xFFFFFFFF) + 0xA282EAD8) & 0xFFFFFFFF
     if checksum_type == XXHASH:
-        h = xxhash.xxh32(payload)
+        h: xxhash.xxh32 | xxhash.xxh64 = xxhash.xxh32(payload)
         h.update(bytes((type_byte,)))
         return h.intdigest()
     if checksum_type == XXHASH64:

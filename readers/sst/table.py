@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import struct
 from collections.abc import Iterator
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -47,6 +48,9 @@ from statecat.readers.sst.format import (
 )
 from statecat.statemeta.errors import FormatError, UnsupportedError
 
+if TYPE_CHECKING:
+    from statecat.readers.sst.block import BlockSource
+
 
 class SstFile:
     """A block-based SST file over a seekable binary ``source`` of ``size`` bytes; ``display``
@@ -57,7 +61,13 @@ class SstFile:
     RocksDB gives them all that one (``global_seqno``)."""
 
     def __init__(
-        self, source, display: str, size: int, *, verify_checksums: bool = True, largest_seqno: int | None = None
+        self,
+        source: BlockSource,
+        display: str,
+        size: int,
+        *,
+        verify_checksums: bool = True,
+        largest_seqno: int | None = None,
     ) -> None:
         self.source = source
         self.display = display
@@ -99,10 +109,11 @@ class SstFile:
                 hint="Turn off max_dict_bytes in the column family's compression options",
             )
         self.index_type = self.properties.get("rocksdb.block.based.table.index.type", INDEX_BINARY_SEARCH)
-        self.index_type_name = INDEX_TYPE_NAMES.get(self.index_type, str(self.index_type))
+        # a damaged property may be text or bytes: then the name is its text and the check below raises
+        self.index_type_name = INDEX_TYPE_NAMES.get(self.index_type, str(self.index_type))  # type: ignore[arg-type]
         if self.index_type not in INDEX_TYPE_NAMES:
             raise UnsupportedError(
-                f"SST index type {self.index_type} is unknown; statecat reads {', '.join(INDEX_TYPE_NAMES.values())}",
+                f"SST index type {self.index_type} is unknown; statecat reads {', '.join(INDEX_TYPE_NAMES.values())}",  # type: ignore[str-bytes-safe]  # damaged bytes shown as they are
                 file=display,
             )
         self._index_keys_internal = not self.properties.get("rocksdb.index.key.is.user.key", 0)
@@ -120,17 +131,19 @@ class SstFile:
                 offset=self.footer.metaindex.offset,
                 hint=HINT_DAMAGED,
             )
-        self._top_index = None
+        self._top_index: DecodedBlock | None = None
         self._partitions: dict[BlockHandle, DecodedBlock] = {}  # the last index partitions decoded
         # Ingested external files (version >= 2): one sequence number for every key.
-        self.global_seqno = None
+        self.global_seqno: int | None = None
         self.global_seqno_unknown = False
-        if self.properties.get("rocksdb.external_sst_file.version", 0) >= 2:
-            self.global_seqno = self.properties.get("rocksdb.external_sst_file.global_seqno", 0) or largest_seqno
+        # Suspected bug: a fixed-width property of the wrong length is kept as text (_properties), so a
+        # damaged one makes a TypeError here or a text global_seqno, not a FormatError.
+        if self.properties.get("rocksdb.external_sst_file.version", 0) >= 2:  # type: ignore[operator]
+            self.global_seqno = self.properties.get("rocksdb.external_sst_file.global_seqno", 0) or largest_seqno  # type: ignore[assignment]
             self.global_seqno_unknown = not self.global_seqno
 
     # ------------------------------------------------------------------ blocks
-    def read_block(self, handle: BlockHandle, what: str, source=None) -> bytes:
+    def read_block(self, handle: BlockHandle, what: str, source: BlockSource | None = None) -> bytes:
         """The uncompressed contents of the block at ``handle`` (checksum verified if asked);
         ``source``: where to read it (a span of the file already read), else the file."""
         end = handle.offset + handle.size + BLOCK_TRAILER_SIZE
@@ -226,25 +239,29 @@ class SstFile:
             decode_index_values(block, self.display, self._first_key)
         return block
 
-    def _index_range(self, block: DecodedBlock, lower, upper) -> tuple[int, int]:
+    def _index_range(self, block: DecodedBlock, lower: bytes | None, upper: bytes | None) -> tuple[int, int]:
         """[first, stop) of ``block``'s entries whose key range can meet [lower, upper).
 
         Entry j's separator is >= every key of its block and <= every key of the next, compared
         as internal keys; by user key, block j holds keys in [separator j-1, separator j]."""
         seps = getattr(block, "_seps", None)
         if seps is None:  # the same index block serves many key-groups
-            seps = block._seps = block.key_list()
+            seps = block._seps = block.key_list()  # type: ignore[attr-defined]  # a cache beside the dataclass fields
         first = bisect.bisect_left(seps, lower) if lower is not None else 0
         # entry j > 0 is out once separator j-1 >= upper
         stop = len(seps) if upper is None else min(len(seps), bisect.bisect_left(seps, upper) + 1)
         return first, max(first, stop)
 
-    def _index_entries(self, block: DecodedBlock, lower, upper) -> list[BlockHandle]:
+    def _index_entries(self, block: DecodedBlock, lower: bytes | None, upper: bytes | None) -> list[BlockHandle]:
         """The handles of ``block``'s entries whose key range can meet [lower, upper)."""
         first, stop = self._index_range(block, lower, upper)
+        # index blocks always have their handles (_decode_index)
         return [
             BlockHandle(offset, size)
-            for offset, size in zip(block.handle_offset[first:stop].tolist(), block.handle_size[first:stop].tolist())
+            for offset, size in zip(
+                cast(np.ndarray, block.handle_offset)[first:stop].tolist(),
+                cast(np.ndarray, block.handle_size)[first:stop].tolist(),
+            )
         ]
 
     def _top(self) -> DecodedBlock:
@@ -276,14 +293,18 @@ class SstFile:
         """``data_block_handles`` as arrays of offsets and sizes (no object per block)."""
         top = self._top()
         first, stop = self._index_range(top, lower, upper)
+        # index blocks always have their handles (_decode_index)
         if self.index_type != INDEX_TWO_LEVEL:
-            return top.handle_offset[first:stop], top.handle_size[first:stop]
+            return cast(np.ndarray, top.handle_offset)[first:stop], cast(np.ndarray, top.handle_size)[first:stop]
         offsets, sizes = [], []
-        for offset, size in zip(top.handle_offset[first:stop].tolist(), top.handle_size[first:stop].tolist()):
+        for offset, size in zip(
+            cast(np.ndarray, top.handle_offset)[first:stop].tolist(),
+            cast(np.ndarray, top.handle_size)[first:stop].tolist(),
+        ):
             block = self._partition(BlockHandle(offset, size))
             a, b = self._index_range(block, lower, upper)
-            offsets.append(block.handle_offset[a:b])
-            sizes.append(block.handle_size[a:b])
+            offsets.append(cast(np.ndarray, block.handle_offset)[a:b])
+            sizes.append(cast(np.ndarray, block.handle_size)[a:b])
         if not offsets:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         return np.concatenate(offsets), np.concatenate(sizes)
@@ -417,7 +438,7 @@ class SstFile:
             self.bytes_read += int(ends[-1] - offsets[0])
         return part
 
-    def _decode_data(self, handle: BlockHandle, source=None) -> DecodedBlock:
+    def _decode_data(self, handle: BlockHandle, source: BlockSource | None = None) -> DecodedBlock:
         block = decode_block(
             self.read_block(handle, "data block", source),
             self.display,
@@ -480,7 +501,7 @@ PARTITIONS_KEPT = 4
 class _Span:
     """Bytes of a file read at once from ``start``: reads of blocks inside it cost no call."""
 
-    def __init__(self, data: bytes, start: int):
+    def __init__(self, data: bytes, start: int) -> None:
         self.data, self.start, self.position = data, start, start
 
     def seek(self, position: int) -> int:
