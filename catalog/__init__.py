@@ -16,6 +16,8 @@ discovers the data source by; ``_root/`` is the ``statecat`` package itself.
 Spark is imported on first use only, so the CLI's reader commands start without it.
 """
 
+from typing import Any
+
 _EXPORTS = {
     "attach": "spark.databases",
     "materialise": "spark.databases",
@@ -30,7 +32,7 @@ _EXPORTS = {
 _MODULES = {"plots": "report.plots"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     import importlib
 
     module = _EXPORTS.get(name)

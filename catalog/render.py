@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from typing import Any
 
 
-def json_value(value):
+def json_value(value: Any) -> Any:
     if hasattr(value, "asDict"):  # a Spark Row (a tuple subclass, so tested first)
         return {k: json_value(v) for k, v in value.asDict(recursive=False).items()}
     if isinstance(value, dict):

@@ -5,13 +5,15 @@ and ``statecat.catalog`` (Spark). Importing ``statecat`` loads none of them; ``s
 is resolved on first use so that reader users never import Spark.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 
 _LAYERS = ("statemeta", "readers", "catalog")
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     import importlib
 
     if name == "attach":

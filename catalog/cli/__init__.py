@@ -18,6 +18,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Iterator
+from types import ModuleType
 
 from statecat.catalog.spark.errors import spark_error_message, spark_error_types
 from statecat.statemeta.errors import StatecatError
@@ -45,7 +47,7 @@ COMMANDS = [
 EXIT_USER_ERROR = 2
 
 
-def _command_modules():
+def _command_modules() -> Iterator[ModuleType]:
     for name in COMMANDS:
         yield importlib.import_module(f"statecat.catalog.cli.{name.replace('-', '_')}")
 

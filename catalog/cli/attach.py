@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("attach", help="register savepoints as Spark databases")
     parser.add_argument(
         "roots", nargs="+", metavar="ROOT", help="a savepoint directory, or a directory holding savepoints"
@@ -30,7 +31,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from statecat.catalog.spark.databases import attach, attach_with_descriptors
 
     spark = cli_session(args.home)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from statecat.catalog.cli.options import add_home_argument, cli_session
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "detach",
         help="drop an attached savepoint's database and registry row",
@@ -19,7 +20,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from statecat.catalog.spark.relocation import detach
 
     result = detach(cli_session(args.home), args.target)

@@ -6,9 +6,11 @@ reason, as are states in one savepoint only."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import sys
+from typing import Any
 
 from statecat.catalog.cli.options import add_descriptors_argument, descriptors_of
 from statecat.catalog.cli.output import cell, write_table
@@ -21,7 +23,7 @@ SUMMARY_COLUMNS = ["operator", "state", "status", "added", "removed", "changed",
 TEXT_CELL_WIDTH = 80
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "diff",
         help="keys added, removed and changed between two savepoints",
@@ -49,7 +51,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     descriptors = descriptors_of(args)
     # Both sides as a reader sees them: declared types applied, PyFlink pickles marked (or unpickled).
     meta_a, meta_b = (
@@ -130,6 +132,6 @@ def run(args) -> int:
     return 0
 
 
-def _short(value) -> str:
+def _short(value: Any) -> str:
     text = cell(value) or "-"
     return text if len(text) <= TEXT_CELL_WIDTH else text[: TEXT_CELL_WIDTH - 1] + "…"

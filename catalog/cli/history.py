@@ -3,21 +3,26 @@ ordered by when each was taken (by checkpoint id where the time is unknown)."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, cast
 
 from statecat.catalog.cli.options import add_key_arguments, descriptors_of
 from statecat.catalog.cli.output import cell, row_json, write_table
 from statecat.readers import key_history
 from statecat.statemeta.errors import SavepointNotFoundError
 
+if TYPE_CHECKING:
+    from statecat.readers.keyview import KeyHistoryEntry, KeyView
+
 COLUMNS = ["taken_at", "checkpoint_id", "snapshot", "operator", "state", "namespace", "value"]
 ABSENT = "(key not present)"
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "history",
         help="one key across every savepoint and checkpoint under a root",
@@ -29,7 +34,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     entries = key_history(
         args.root,
         args.key,
@@ -65,20 +70,26 @@ def run(args) -> int:
                 sys.stderr.write(f"statecat: could not read {entry.path}: {entry.error}\n")
             else:
                 rows.append(head + ["", "", "", f"(not read: {entry.error})"])
-        elif not entry.view.rows:
+        # A snapshot read without an error has its key view.
+        elif not cast("KeyView", entry.view).rows:
             if args.format == "table":
-                reasons = sorted({s.reason for s in entry.view.skipped if s.coercion})
+                reasons = sorted({s.reason for s in cast("KeyView", entry.view).skipped if s.coercion})
                 rows.append(
                     head
                     + [
                         "",
                         "",
                         "",
-                        ABSENT if entry.view.coercible else f"(the key fits no state here: {'; '.join(reasons)})",
+                        ABSENT
+                        if cast("KeyView", entry.view).coercible
+                        else f"(the key fits no state here: {'; '.join(reasons)})",
                     ]
                 )
         else:
-            rows += [head + [cell(v) for v in (r.operator, r.state, r.namespace, r.value)] for r in entry.view.rows]
+            rows += [
+                head + [cell(v) for v in (r.operator, r.state, r.namespace, r.value)]
+                for r in cast("KeyView", entry.view).rows
+            ]
     if args.format == "csv":
         writer = csv.writer(out)
         writer.writerow(COLUMNS)
@@ -97,7 +108,7 @@ def _short(path: str, root: str) -> str:
     return path if relative == "." else relative
 
 
-def _entry_json(entry) -> dict:
+def _entry_json(entry: KeyHistoryEntry) -> dict:
     view = entry.view
     return {
         "path": entry.path,

@@ -2,23 +2,31 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+from typing import Any
 
 from statecat.readers.state_bytes import subtask_stream_bytes
-from statecat.statemeta.metadata import KeyGroupsHandle, NativeRocksDBHandle, UnsupportedKeyedHandle
+from statecat.statemeta.metadata import (
+    KeyGroupsHandle,
+    NativeRocksDBHandle,
+    OperatorState,
+    OperatorStreamHandle,
+    UnsupportedKeyedHandle,
+)
 from statecat.statemeta.model import StateMeta, load_state_meta
 from statecat.statemeta.naming import catalog_table_names
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("inspect", help="show the operators and states of a savepoint")
     parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     meta = load_state_meta(args.path)
     report = describe(meta)
     if args.json:
@@ -29,10 +37,12 @@ def run(args) -> int:
     return 0
 
 
-def _handle_kinds(op) -> dict[str, int]:
+def _handle_kinds(op: OperatorState) -> dict[str, int]:
     kinds: dict[str, int] = {}
+    # The keyed handles' loop, then the operator handles'.
+    handle: KeyGroupsHandle | NativeRocksDBHandle | UnsupportedKeyedHandle | OperatorStreamHandle | None
 
-    def count(kind):
+    def count(kind: str) -> None:
         kinds[kind] = kinds.get(kind, 0) + 1
 
     for subtask in op.subtasks:
@@ -58,7 +68,7 @@ def describe(meta: StateMeta) -> dict:
     operators = []
     for op in meta.operators:
         raw_op = by_id[op.id]
-        states = []
+        states: list[dict[str, Any]] = []
         for state in op.states:
             states.append(
                 {
@@ -100,7 +110,7 @@ def describe(meta: StateMeta) -> dict:
     }
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"

@@ -7,6 +7,7 @@ K's one key-group only.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import sys
@@ -18,7 +19,7 @@ from statecat.readers import SavepointReader
 COLUMNS = ["operator", "state", "namespace", "value"]
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "key",
         help="every state of every operator that holds one key",
@@ -30,7 +31,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     reader = SavepointReader(args.path, unpickle=args.unpickle, descriptors=descriptors_of(args))
     view = reader.key(args.key, operators=args.operator, states=args.state)
     out = sys.stdout

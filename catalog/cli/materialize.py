@@ -7,6 +7,7 @@ for the guarantees and ``lake_tables`` for the layout. Prints one line per snaps
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
@@ -14,7 +15,7 @@ from statecat.catalog.lake.materialize import DEFAULT_VACUUM_HOURS, Materializer
 from statecat.statemeta.errors import StatecatError
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "materialize",
         help="write savepoints' state into Delta tables (history for dashboards)",
@@ -54,7 +55,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.keep is not None and args.keep < 1:
         raise StatecatError("--keep must be at least 1")
     if args.keep_days is not None and args.keep_days <= 0:

@@ -7,12 +7,13 @@ it by hand, and prints the Spark conf directory that makes plain Spark programs 
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from statecat.catalog.cli.options import add_home_argument
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("metastore", help="show, start or stop the home's shared metastore server")
     parser.add_argument(
         "action",
@@ -26,7 +27,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from statecat.catalog.servers import metastore
     from statecat.catalog.servers.sessions import resolve_home
     from statecat.statemeta.errors import StatecatError
@@ -42,6 +43,7 @@ def run(args) -> int:
         stopped = metastore.stop(home)
         out.write(f"stopped the metastore of {home}\n" if stopped else f"no metastore running for {home}\n")
         return 0
+    server: metastore.MetastoreServer | None  # started here, else looked up below
     if args.action in ("start", "conf"):
         server = metastore.start(home)
         if args.action == "conf":

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from statecat.statemeta.descriptors import DescriptorSet
 
 HOME_ENV = "STATECAT_HOME"
 
@@ -63,7 +69,7 @@ def add_key_arguments(parser: argparse.ArgumentParser) -> None:
     add_descriptors_argument(parser)
 
 
-def descriptors_of(args: argparse.Namespace):  # -> DescriptorSet | None
+def descriptors_of(args: argparse.Namespace) -> DescriptorSet | None:
     """The parsed ``--descriptors`` file (a bad file fails here, before any savepoint is read), or None."""
     if not getattr(args, "descriptors", None):
         return None
@@ -72,7 +78,7 @@ def descriptors_of(args: argparse.Namespace):  # -> DescriptorSet | None
     return load_descriptors(args.descriptors)
 
 
-def cli_session(home: str | None):  # -> pyspark.sql.SparkSession
+def cli_session(home: str | None) -> SparkSession:
     """A quiet local Spark session for the CLI (results on stdout, no log or progress noise)."""
     from statecat.catalog.servers.sessions import session
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import sys
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from statecat.catalog.cli.options import add_descriptors_argument, add_unpickle_argument, descriptors_of
 from statecat.catalog.cli.output import cell, write_table
@@ -13,8 +16,13 @@ from statecat.readers import SavepointReader
 from statecat.statemeta.errors import LookupFailedError
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-def add_parser(subparsers):
+    from statecat.statemeta.model import StateInfo
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("read", help="print the rows of one state")
     parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
     parser.add_argument("--operator", help="operator id, uid or name (needed when the state name is not unique)")
@@ -27,7 +35,7 @@ def add_parser(subparsers):
     return parser
 
 
-def warn_pickled(state, err=None) -> None:
+def warn_pickled(state: StateInfo, err: TextIO | None = None) -> None:
     """Says on stderr why a state's PyFlink pickles print as bytes (read without --unpickle)."""
     from statecat.statemeta.descriptors import pickled_notes
 
@@ -35,7 +43,7 @@ def warn_pickled(state, err=None) -> None:
         (err or sys.stderr).write(f"statecat: {state.name}: {note}\n")
 
 
-def parse_key(text: str, key: TypeDescriptor):
+def parse_key(text: str, key: TypeDescriptor) -> Any:
     """A --key argument in the type of the state's key column."""
     column = key_column_type(key)
     kind = column.kind
@@ -56,14 +64,15 @@ def parse_key(text: str, key: TypeDescriptor):
     return text
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     reader = SavepointReader(args.path, unpickle=args.unpickle, descriptors=descriptors_of(args))
     operator, state = reader.find(args.state, args.operator)
     if not args.unpickle:
         warn_pickled(state)
     if args.key and not state.is_keyed:
         raise LookupFailedError(f"--key applies to keyed states; {state.name!r} is a {state.kind} state")
-    keys = [parse_key(k, state.key) for k in args.key] if args.key else None
+    # Keys were refused above for a state that is not keyed: a keyed state has its key type.
+    keys = [parse_key(k, cast(TypeDescriptor, state.key)) for k in args.key] if args.key else None
     columns = reader.schema(state.name, operator.id).names
     rows = _limited(reader.batches(state.name, operator.id, keys=keys), args.limit)
     out = sys.stdout
@@ -80,7 +89,7 @@ def run(args) -> int:
     return 0
 
 
-def _limited(batches, limit):
+def _limited(batches: Iterable[pa.RecordBatch], limit: int | None) -> Iterator[dict[str, Any]]:
     count = 0
     for batch in batches:
         for row in batch.to_pylist():

@@ -4,13 +4,14 @@ preview (pictures inlined as PNG)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from statecat.catalog.report.page import DEFAULT_MAX_STATES, DEFAULT_TOP_KEYS, report_html, write_page
 from statecat.statemeta.errors import StatecatError
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "report", help="write an HTML page with a savepoint's state sizes, skew and top keys"
     )
@@ -41,7 +42,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     for option, value in (("--top", args.top), ("--max-states", args.max_states)):
         if value < 1:
             raise StatecatError(f"{option} must be at least 1, got {value}")

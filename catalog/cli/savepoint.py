@@ -9,6 +9,7 @@ are ``StatecatError``s that say what Flink answered.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import json
 import sys
@@ -174,7 +175,7 @@ def local_path(location: str) -> str:
     return location
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "savepoint",
         help="trigger a savepoint through Flink's REST API and write its stateInfo",
@@ -208,7 +209,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     descriptors = None
     if args.descriptors:
         from statecat.statemeta.descriptors import load_descriptors

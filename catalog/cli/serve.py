@@ -7,13 +7,14 @@ See ``thrift_server``.
 
 from __future__ import annotations
 
+import argparse
 import logging
 
 from statecat.catalog.cli.options import add_home_argument
 from statecat.catalog.servers.thrift_server import AUTH_MODES, DEFAULT_BIND, DEFAULT_POLL_SECONDS, DEFAULT_PORT
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "serve",
         help="serve the savepoint databases over JDBC/ODBC (Spark's Thrift server, HiveServer2)",
@@ -57,7 +58,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from statecat.catalog.servers.thrift_server import check_exposure, parse_hiveconf, serve
 
     check_exposure(args.bind, args.auth)  # before anything slow

@@ -6,13 +6,14 @@ grow with the state's size. Atomic and idempotent: see ``statecat.statemeta.stat
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
 from statecat.statemeta.stateinfo import snapshot
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "snapshot",
         help="write the stateInfo (savepoint metadata as JSON) of a savepoint",
@@ -30,7 +31,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     result = snapshot(args.path, args.output, descriptors=args.descriptors)
     doc = result.doc
     states = sum(len(op["states"]) for op in doc["operators"])

@@ -7,12 +7,13 @@ an error once. Arguments after the command go to ``spark-sql`` unchanged (``-e``
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from statecat.catalog.cli.options import add_home_argument
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("spark-sql", help="Spark's SQL shell on the attached savepoints (shared catalog)")
     add_home_argument(parser)
     # Parsed by cli.main: everything after statecat's own options (--home, --allow-root) goes to spark-sql.
@@ -37,7 +38,7 @@ def spark_sql_env(home: str, conf_dir: str) -> dict[str, str]:
     return env
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from statecat.catalog.servers import metastore
     from statecat.catalog.servers.sessions import resolve_home
     from statecat.statemeta.errors import StatecatError

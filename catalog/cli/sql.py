@@ -7,6 +7,7 @@ With ``statecat serve`` running on the home, the query goes to that server inste
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
@@ -15,7 +16,7 @@ from statecat.catalog.render import json_value
 from statecat.statemeta.errors import LookupFailedError
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser("sql", help="run Spark SQL over the attached savepoints")
     parser.add_argument("query", help="Spark SQL; several statements separated by ';' print the last result")
     parser.add_argument(
@@ -37,7 +38,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     from statecat.catalog.servers.sql_client import query_server, server_for
     from statecat.catalog.spark.databases import attach, attach_with_descriptors
     from statecat.catalog.spark.queries import sql

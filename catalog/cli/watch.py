@@ -10,16 +10,20 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from statecat.catalog.cli.options import add_home_argument, cli_session
 from statecat.statemeta.watcher import DEFAULT_INTERVAL, DEFAULT_MAX_DEPTH, Watcher
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger("statecat.watch")
 
 
 def catalog_registrar(home: str | None) -> Callable[[str], None]:
     """Registers savepoints as databases, starting Spark on the first one (attach is idempotent)."""
-    spark = None
+    spark: SparkSession | None = None
 
     def register(uri: str) -> None:
         nonlocal spark
@@ -34,7 +38,7 @@ def catalog_registrar(home: str | None) -> Callable[[str], None]:
     return register
 
 
-def _ready_hooks(args) -> Callable[[str], None] | None:
+def _ready_hooks(args: argparse.Namespace) -> Callable[[str], None] | None:
     hooks = [catalog_registrar(args.home)] if args.attach else []
     if args.materialize:
         from statecat.catalog.lake.materialize import lake_writer
@@ -52,7 +56,7 @@ def _ready_hooks(args) -> Callable[[str], None] | None:
     return each
 
 
-def add_parser(subparsers):
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "watch",
         help="write the stateInfo of every new savepoint and retained checkpoint under directories",
@@ -94,7 +98,7 @@ def add_parser(subparsers):
     return parser
 
 
-def run(args) -> int:
+def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s statecat watch: %(message)s")
     descriptors = None
     if args.descriptors:

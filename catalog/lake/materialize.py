@@ -24,8 +24,9 @@ import datetime as dt
 import logging
 import posixpath
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import pyarrow as pa
 
@@ -50,6 +51,13 @@ from statecat.statemeta.naming import stable_state_names
 from statecat.statemeta.stateinfo import metadata_fingerprint
 from statecat.statemeta.storage import Storage, open_storage
 from statecat.statemeta.taken_at import savepoint_time
+
+if TYPE_CHECKING:
+    from deltalake import CommitProperties, DeltaTable
+
+    from statecat.readers.scan import KeyedStateScanner, OperatorStateScanner
+    from statecat.statemeta.descriptors import DescriptorSource
+    from statecat.statemeta.model import KeyedLocation, OperatorLocation
 
 log = logging.getLogger("statecat.materialize")
 
@@ -177,7 +185,7 @@ class Materializer:
         *,
         selection: Selection = Selection(),
         retention: Retention = Retention(),
-        descriptors=None,
+        descriptors: DescriptorSource | None = None,
         on_result: Callable[[SnapshotResult], None] | None = None,
     ):
         self.lake = lake if isinstance(lake, Lake) else Lake(lake)
@@ -393,12 +401,22 @@ class Materializer:
         if _has_naive_timestamp(schema) and "timestampNtz" not in set(table.protocol().writer_features or ()):
             table.alter.add_feature(TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True)
 
-    def _state_batches(self, meta, op, state, table, schema, snapshot_values, stats, counter):
+    def _state_batches(
+        self,
+        meta: StateMeta,
+        op: OperatorMeta,
+        state: StateInfo,
+        table: str,
+        schema: pa.Schema,
+        snapshot_values: tuple,
+        stats: list[dict],
+        counter: list[int],
+    ) -> Iterator[pa.RecordBatch]:
         """The state's rows with the snapshot columns in front; fills ``stats`` per key-group/subtask."""
         scanner = scanner_for(meta, op, state)
         snapshot_id, checkpoint_id, taken_at = snapshot_values
 
-        def stat(subtask, key_group, entries, size):
+        def stat(subtask: int | None, key_group: int | None, entries: int, size: int) -> None:
             stats.append(
                 {
                     "snapshot_id": snapshot_id,
@@ -415,7 +433,7 @@ class Materializer:
                 }
             )
 
-        def prefixed(batch):
+        def prefixed(batch: pa.RecordBatch) -> pa.RecordBatch:
             n = batch.num_rows
             front = [
                 pa.repeat(pa.scalar(snapshot_id, pa.string()), n),
@@ -426,6 +444,9 @@ class Materializer:
 
         for loc in state.locations:
             if state.is_keyed:
+                # A keyed state's locations and scanner are keyed ones.
+                loc = cast("KeyedLocation", loc)
+                scanner = cast("KeyedStateScanner", scanner)
                 # One key-group at a time: its entry count is known without hashing any key.
                 if loc.native is not None:
                     from statecat.readers.native_rocksdb import column_family_bytes
@@ -455,6 +476,8 @@ class Materializer:
                     counter[0] += entries
                     stat(loc.subtask, group, entries, end - offset)
             else:
+                loc = cast("OperatorLocation", loc)
+                scanner = cast("OperatorStateScanner", scanner)
                 entries = 0
                 for batch in scanner.batches([loc]):
                     entries += batch.num_rows
@@ -543,7 +566,8 @@ class Materializer:
         gone = sorted(self.retention.removed(rows, _now()))
         if gone:
             predicate = _in_predicate(gone)
-            self.lake.open(SNAPSHOTS).delete(predicate)  # from here on they are not part of the lake
+            # From here on they are not part of the lake (the snapshots table exists: its rows named them).
+            cast("DeltaTable", self.lake.open(SNAPSHOTS)).delete(predicate)
             for name in self._data_tables():
                 table = self.lake.open(name)
                 if table is not None:
@@ -644,7 +668,7 @@ def _incompatible(old: pa.DataType, new: pa.DataType, path: str) -> str | None:
     return f"column {path} was {old}, is now {new}"
 
 
-def _has_naive_timestamp(schema) -> bool:
+def _has_naive_timestamp(schema: pa.Schema) -> bool:
     def naive(t: pa.DataType) -> bool:
         if pa.types.is_timestamp(t):
             return t.tz is None
@@ -659,7 +683,7 @@ def _has_naive_timestamp(schema) -> bool:
     return any(naive(f.type) for f in schema)
 
 
-def _remember_failure(batches, failure: list):
+def _remember_failure(batches: Iterable[pa.RecordBatch], failure: list[BaseException]) -> Iterator[pa.RecordBatch]:
     # deltalake turns an exception of the batch source into a DeltaError holding only its text.
     try:
         yield from batches
@@ -689,7 +713,7 @@ def _check_id(snapshot_id: str) -> None:
         raise ValueError(f"not a snapshot id: {snapshot_id!r}")
 
 
-def _commit_properties(snapshot_id: str):
+def _commit_properties(snapshot_id: str) -> CommitProperties:
     from deltalake import CommitProperties
 
     return CommitProperties(custom_metadata={"statecat.snapshot_id": snapshot_id})

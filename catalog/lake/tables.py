@@ -19,9 +19,15 @@ from __future__ import annotations
 
 import os
 import posixpath
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from deltalake import DeltaTable
 
 SNAPSHOTS = "snapshots"
 STATE_META = "state_meta"
@@ -112,7 +118,7 @@ class Lake:
     def state_table_uri(self, table: str) -> str:
         return self.table_uri(f"{STATES_DIR}/{table}")
 
-    def open(self, name: str):
+    def open(self, name: str) -> DeltaTable | None:
         """The Delta table at LAKE/name, or None when none was written yet."""
         from deltalake import DeltaTable
 
@@ -135,7 +141,7 @@ class Lake:
         return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
 
 
-def read_delta(table) -> pa.Table:
+def read_delta(table: DeltaTable) -> pa.Table:
     """A Delta table's rows through deltalake's own engine.
 
     Not through ``to_pyarrow_table()``: a process that scanned with pyarrow's dataset threads next to
@@ -177,7 +183,7 @@ def storage_options_for(uri: str) -> dict[str, str] | None:
     return options
 
 
-def filesystem_for(uri: str):
+def filesystem_for(uri: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and the path in it (S3 endpoints from AWS_ENDPOINT_URL, as pyarrow reads it)."""
     import pyarrow.fs as pafs
 
@@ -272,7 +278,7 @@ def _convert(array: pa.Array, target: pa.DataType) -> pa.Array:
     return pc.cast(array, target)
 
 
-def _cumsum(values):
+def _cumsum(values: Iterable[int]) -> Iterator[int]:
     total = 0
     for v in values:
         total += v

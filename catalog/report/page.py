@@ -9,11 +9,39 @@ import base64
 import datetime as dt
 import os
 import tempfile
+from typing import TYPE_CHECKING, Any, cast
 
 from statecat.readers import skew
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.html import STYLE, block, escape, state_meta_html, table
 from statecat.statemeta.model import StateMeta, load_state_meta
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Protocol
+
+    from matplotlib.figure import Figure
+
+    class _Registered(Protocol):
+        @property
+        def database(self) -> str: ...
+        @property
+        def path(self) -> str: ...
+
+    class _AttachResult(Protocol):
+        """What the page shows of an attach (``catalog.spark.databases.AttachResult``: spark is after report)."""
+
+        @property
+        def registered(self) -> Sequence[_Registered]: ...
+        @property
+        def known(self) -> Sequence[str]: ...
+        @property
+        def materialised(self) -> Sequence[str]: ...
+        @property
+        def failed(self) -> Sequence[tuple[str, str]]: ...
+        @property
+        def seconds(self) -> float: ...
+
 
 DEFAULT_TOP_KEYS = 10
 DEFAULT_MAX_STATES = 10
@@ -28,7 +56,7 @@ PAGE_STYLE = (
 )
 
 
-def image(figure, alt: str) -> str:
+def image(figure: Figure, alt: str) -> str:
     """A figure as an inline base64 PNG ``<img>``."""
     from statecat.catalog.report.plots import png_bytes
 
@@ -42,7 +70,8 @@ def _side_by_side(picture: str, table_html: str) -> str:
 
 def default_parallelism(groups: skew.SizeTable) -> int:
     """The rescale a report previews when none is asked for: twice the parallelism, at most the max."""
-    return min(groups.parallelism * 2, groups.max_parallelism)
+    # A key_group_stats table carries both.
+    return min(cast(int, groups.parallelism) * 2, cast(int, groups.max_parallelism))
 
 
 def _keyed_section(meta: StateMeta, row: skew.StateSize, top: int, parallelisms: list[int]) -> str:
@@ -125,7 +154,7 @@ def report_html(
     return "".join(parts)
 
 
-def write_report(savepoint: str | StateMeta, out: str, **options) -> str:
+def write_report(savepoint: str | StateMeta, out: str, **options: Any) -> str:
     """Writes the report page to ``out``; returns ``out``."""
     return write_page(report_html(savepoint, **options), out)
 
@@ -151,7 +180,7 @@ def write_page(page: str, out: str) -> str:
 ATTACH_COLUMNS = ("database", "savepoint", "status", "error")
 
 
-def attach_rows(result) -> list[tuple]:
+def attach_rows(result: _AttachResult) -> list[tuple]:
     """One row per savepoint an attach saw: newly registered, already known, materialised, failed."""
     materialised = set(result.materialised)
     rows = [
@@ -169,7 +198,7 @@ def attach_rows(result) -> list[tuple]:
     return rows
 
 
-def attach_result_html(result) -> str:
+def attach_result_html(result: _AttachResult) -> str:
     summary = (
         f"<div><b>attach</b>: {len(result.registered)} registered, {len(result.known)} already known, "
         f"{len(result.materialised)} materialised, {len(result.failed)} failed "

@@ -18,18 +18,25 @@ state); a notebook displays it as PNG, ``png_bytes`` renders it for a report.
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from matplotlib.figure import Figure
 
 from statecat.readers import skew
 from statecat.statemeta.html import size_text
 
+if TYPE_CHECKING:
+    import numpy as np
+    from matplotlib.axes import Axes
+
 # Text from the savepoint (state names, keys) may hold "$": never read it as mathtext.
-_TEXT = {"parse_math": False}
+_TEXT: dict[str, Any] = {"parse_math": False}
 WIDTH_INCHES = 10
 MAX_LABEL_CHARS = 48
 MAX_BARS = 1024
 _UNIT_BYTES = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+_FigureT = TypeVar("_FigureT", bound=Figure)
 
 
 class Plot(Figure):
@@ -54,7 +61,7 @@ def _subtask_color(subtask: int) -> str:
     return f"C{subtask % 10}"
 
 
-def _in_unit(values) -> tuple[list[float], str]:
+def _in_unit(values: Sequence[float]) -> tuple[list[float], str]:
     """Byte counts in the binary unit of the largest, so that the axis ticks are round numbers."""
     top = max(values, default=0)
     unit = next((u for u, size in _UNIT_BYTES.items() if top < 1024 * size), "GiB")
@@ -66,7 +73,7 @@ def _bar_label(size: int, entries: int | None) -> str:
     return label if entries is None else f"{label}, {entries:,} entr{'y' if entries == 1 else 'ies'}"
 
 
-def _empty(figure: Figure, message: str) -> Figure:
+def _empty(figure: _FigureT, message: str) -> _FigureT:
     figure.text(0.5, 0.5, message, ha="center", va="center", **_TEXT)
     return figure
 
@@ -98,7 +105,7 @@ def key_group_skew(groups: skew.SizeTable) -> Plot:
     """Entries and bytes per key-group (coloured by subtask) and per subtask (from ``skew.key_group_stats``)."""
     figure = Plot(figsize=(WIDTH_INCHES, 5), layout="constrained")
     figure.suptitle(_short(f"key-group skew: {groups.state} ({groups.operator})"), **_TEXT)
-    per_key_group = figure.subfigures(1, 2, width_ratios=[3, 1])
+    per_key_group = cast("np.ndarray", figure.subfigures(1, 2, width_ratios=[3, 1]))
     left = per_key_group[0].subplots(2, 1, sharex=True)
     right = per_key_group[1].subplots(2, 1)
     subtasks = skew.subtask_totals(groups)
@@ -119,7 +126,7 @@ def key_group_skew(groups: skew.SizeTable) -> Plot:
     return figure
 
 
-def _key_group_bars(axis, groups: skew.SizeTable, values: list) -> None:
+def _key_group_bars(axis: Axes, groups: skew.SizeTable, values: list) -> None:
     """One bar per key-group; above ``MAX_BARS`` key-groups one filled step line per subtask (as fast
     to draw for 32768 key-groups as for 128)."""
     if len(values) <= MAX_BARS:
@@ -133,7 +140,7 @@ def _key_group_bars(axis, groups: skew.SizeTable, values: list) -> None:
             start = end
 
 
-def _mark_mean(axis, values) -> None:
+def _mark_mean(axis: Axes, values: Sequence[float]) -> None:
     if values:
         mean = sum(values) / len(values)
         axis.axhline(mean, color="black", linewidth=0.8, linestyle="--", label="mean")
@@ -158,7 +165,7 @@ def top_keys(keys: skew.SizeTable, *, width: float = WIDTH_INCHES) -> Plot:
     return figure
 
 
-def _key_text(key) -> str:
+def _key_text(key: Any) -> str:
     if isinstance(key, (bytes, bytearray)):
         return "0x" + bytes(key).hex()
     return str(key)

@@ -28,8 +28,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from statecat.catalog.servers.local_ports import (
     LOOPBACK,
@@ -48,6 +50,9 @@ from statecat.catalog.servers.sessions import (
 )
 from statecat.catalog.spark.extension import columnar_conf, spark_jars_dir
 from statecat.statemeta.errors import StatecatError
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 METASTORE_MAIN = "org.apache.hadoop.hive.metastore.HiveMetaStore"
 STATE_FILE = "metastore.json"
@@ -249,7 +254,7 @@ def _supervise(home: str, port: int) -> int:
     server = subprocess.Popen(command, cwd=home, stdin=subprocess.DEVNULL)
     stopping = False
 
-    def _on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+    def _on_signal(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001 - signal handler signature
         nonlocal stopping
         stopping = True
 
@@ -309,7 +314,7 @@ def _check_derby_free(home: str) -> None:
 
 
 @contextlib.contextmanager
-def _start_lock(home: str):
+def _start_lock(home: str) -> Iterator[None]:
     with open(os.path.join(home, LOCK_FILE), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:

@@ -13,6 +13,10 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 HOME_ENV = "STATECAT_HOME"
 DEFAULT_HOME = "~/.statecat"
@@ -83,7 +87,7 @@ def session(
     app_name: str = "statecat",
     conf: dict | None = None,
     quiet: bool = False,
-):
+) -> SparkSession:
     """A Spark session with the Hive catalog, statecat's data source and filter pushdown on.
 
     ``home`` (default ``$STATECAT_HOME``, else ``~/.statecat``) holds the catalog: the metastore
@@ -204,7 +208,7 @@ def _hive_site_configured() -> bool:
     return False
 
 
-def _register_source(spark) -> None:
+def _register_source(spark: SparkSession) -> None:
     # Spark finds installed ``pyspark_*`` modules by itself, but not through an editable install's
     # import hook; registering on the session works either way (the same class, so no conflict).
     from statecat.catalog.spark.source import FlinkStateDataSource

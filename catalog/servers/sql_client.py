@@ -13,9 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import re
+from typing import TYPE_CHECKING, Any
 
 from statecat.catalog.servers.thrift_server import ServerInfo, live_server
 from statecat.statemeta.errors import StatecatError
+
+if TYPE_CHECKING:
+    from pyhive.hive import Cursor
 
 # Modes in which the server takes any user name without a password, as this client connects.
 OPEN_AUTH_MODES = ("none", "nosasl")
@@ -65,7 +69,7 @@ def query_server(info: ServerInfo, query: str, limit: int | None = None) -> tupl
         connection.close()
 
 
-def _run(cursor, query: str, limit: int | None) -> tuple[list[str], list[list]] | None:
+def _run(cursor: Cursor, query: str, limit: int | None) -> tuple[list[str], list[list]] | None:
     if not _catalog_has_names(cursor, query):
         return None
     from statecat.catalog.spark.queries import split_statements
@@ -83,7 +87,7 @@ def _run(cursor, query: str, limit: int | None) -> tuple[list[str], list[list]] 
     return columns, [[_value(v, t) for v, t in zip(row, types)] for row in rows]
 
 
-def _catalog_has_names(cursor, query: str) -> bool:
+def _catalog_has_names(cursor: Cursor, query: str) -> bool:
     """Whether every database and savepoint table the query names exists on the server."""
     from sqlglot.errors import SqlglotError
 
@@ -107,7 +111,7 @@ def _catalog_has_names(cursor, query: str) -> bool:
     return True
 
 
-def _execute(cursor, statement: str) -> None:
+def _execute(cursor: Cursor, statement: str) -> None:
     from pyhive.exc import DatabaseError
 
     try:
@@ -130,7 +134,7 @@ def server_error_message(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-def _value(value, type_code: str):
+def _value(value: Any, type_code: str) -> Any:
     from statecat.catalog.render import json_value
 
     if type_code in COMPLEX_TYPES and isinstance(value, str):
@@ -141,7 +145,7 @@ def _value(value, type_code: str):
     return json_value(value)
 
 
-def parse_hive_text(text: str):
+def parse_hive_text(text: str) -> Any:
     """A struct, map or array as Spark's Thrift server writes it: JSON, except that a map's keys may be
     any value (``{1:"a"}``) and strings are not escaped. Objects become lists of (key, value) pairs,
     which ``json_value`` turns into objects (text keys) or ``[key, value]`` lists, as for local results."""
@@ -155,7 +159,7 @@ _NUMBER = re.compile(r"-?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|Infinity)|NaN")
 _CLOSERS = ",:}]"
 
 
-def _parse(text: str, i: int):
+def _parse(text: str, i: int) -> tuple[Any, int]:
     i = _skip(text, i)
     if i >= len(text):
         raise ValueError("unexpected end")

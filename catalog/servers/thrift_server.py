@@ -27,9 +27,18 @@ import socket
 import threading
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from statecat.catalog.servers.local_ports import listening, process_alive
 from statecat.statemeta.errors import StatecatError
+
+if TYPE_CHECKING:
+    from types import FrameType
+
+    from py4j.java_gateway import JVMView
+    from pyspark.sql import SparkSession
+
+    from statecat.statemeta.storage import Storage
 
 SERVE_FILE = "serve.json"
 DEFAULT_BIND = "127.0.0.1"
@@ -161,8 +170,8 @@ def _write_atomically(path: str, text: str) -> None:
 class _Seen:
     stamp: tuple[int, int]  # (size, mtime ns) of _metadata when last judged
     status: str  # new | waiting (state files missing or short) | failed
-    needed: dict | None = None  # state file -> least size, parsed once per stamp
-    storage: object = None
+    needed: dict[str, int] | None = None  # state file -> least size, parsed once per stamp
+    storage: Storage | None = None
 
 
 class SavepointTracker:
@@ -221,7 +230,8 @@ class SavepointTracker:
             if entry is None or entry.stamp != stamp:
                 storage = open_storage(path)
                 entry = self.seen[path] = _Seen(stamp, "new", required_sizes(read_metadata(storage)), storage)
-            missing = shortfalls(entry.storage, entry.needed)
+            # Every entry still judged was made with both (failed ones, made without, returned above).
+            missing = shortfalls(cast("Storage", entry.storage), cast("dict[str, int]", entry.needed))
         except (StatecatError, OSError) as exc:  # damaged or vanished: skipped, the server goes on
             self.seen.pop(path, None)
             self.fail(path, str(exc))
@@ -238,7 +248,7 @@ class SavepointTracker:
 class CatalogPoller:
     """Keeps the catalog up with the roots: attaches complete new savepoints, creates lazy databases."""
 
-    def __init__(self, spark, roots: list[str]):
+    def __init__(self, spark: SparkSession, roots: list[str]):
         self.spark = spark
         self.tracker = SavepointTracker(roots)
         self._missing_since: dict[str, float] = {}
@@ -305,7 +315,7 @@ def _first_line(exc: BaseException) -> str:
 HIVE_FUNCTIONS_REGISTERED = 2
 
 
-def skip_hive_function_registry(spark) -> None:
+def skip_hive_function_registry(spark: SparkSession) -> None:
     """Marks Hive's own function registry as loaded, so Hive never loads it.
 
     A JDBC session's close (and any thread that gets a fresh ``Hive`` object) calls
@@ -315,7 +325,7 @@ def skip_hive_function_registry(spark) -> None:
     registration "pending" and every later caller waits on it forever: a client hangs or its close
     fails, depending on which thread gets there first. Spark resolves functions itself and never asks
     Hive's registry, so marking it loaded loses nothing."""
-    jvm = spark._jvm
+    jvm = cast("JVMView", spark._jvm)  # set while the session runs
     field = jvm.java.lang.Class.forName("org.apache.hadoop.hive.ql.metadata.Hive").getDeclaredField(
         "didRegisterAllFuncs"
     )
@@ -334,20 +344,21 @@ def skip_hive_function_registry(spark) -> None:
     set_registered.invokeWithArguments(arguments)
 
 
-def _java_types(spark, *types):
-    array = spark.sparkContext._gateway.new_array(spark._jvm.java.lang.Class, len(types))
+def _java_types(spark: SparkSession, *types: Any) -> Any:  # a Java Class[] (Py4J)
+    # The gateway and the JVM view are None only before Spark starts.
+    array = spark.sparkContext._gateway.new_array(spark._jvm.java.lang.Class, len(types))  # type: ignore[union-attr]
     for i, java_type in enumerate(types):
         array[i] = java_type
     return array
 
 
-def start_thrift_server(spark, settings: dict[str, str]):
+def start_thrift_server(spark: SparkSession, settings: dict[str, str]) -> Any:  # the JVM's HiveThriftServer2
     """Starts HiveThriftServer2 on the session; ``settings`` (hive.server2.*) apply to it."""
     skip_hive_function_registry(spark)
     # The server takes its HiveConf from a Hive client built on the session's Hadoop configuration (which
     # takes in the session's settings), unless this thread already has a Hive SessionState (it has, once
     # the catalog was used): then that state's HiveConf, so the settings go there too.
-    state = spark._jvm.org.apache.hadoop.hive.ql.session.SessionState.get()
+    state = cast("JVMView", spark._jvm).org.apache.hadoop.hive.ql.session.SessionState.get()
     local_scratch = spark.sparkContext.getConf().get("spark.hadoop.hive.exec.local.scratchdir", None)
     if local_scratch:
         # Each JDBC session looks there for its pipeout files and logs an error when it is missing.
@@ -356,7 +367,7 @@ def start_thrift_server(spark, settings: dict[str, str]):
         spark.conf.set(key, value)
         if state is not None:
             state.getConf().set(key, value)
-    server_class = spark._jvm
+    server_class: Any = spark._jvm  # then the class, through Py4J's JVM view
     for part in THRIFT_SERVER_CLASS.split("."):
         server_class = getattr(server_class, part)
     # False: a failure raises here instead of exiting the JVM.
@@ -372,7 +383,7 @@ def serve(
     poll_seconds: float = DEFAULT_POLL_SECONDS,
     auth: str | None = None,
     hiveconf: dict[str, str] | None = None,
-    out=None,
+    out: TextIO | None = None,
     stop: threading.Event | None = None,
 ) -> int:
     """Serves until SIGTERM/SIGINT (or ``stop``); returns the exit status."""
@@ -408,7 +419,7 @@ def serve(
 
     stop = stop or threading.Event()
 
-    def _on_signal(signum, frame):  # noqa: ARG001 - signal handler signature
+    def _on_signal(signum: int, frame: FrameType | None) -> None:  # noqa: ARG001 - signal handler signature
         stop.set()
 
     if threading.current_thread() is threading.main_thread():

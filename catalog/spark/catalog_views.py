@@ -20,7 +20,8 @@ the sizes (``statecat.readers.state_bytes``, which says exactly what is counted)
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 import pyarrow as pa
@@ -28,6 +29,13 @@ from pyspark.sql.datasource import InputPartition
 
 from statecat.catalog.spark.discovery import REGISTRY_DATABASE
 from statecat.statemeta.errors import StatecatError
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
+    from pyspark.sql import SparkSession
+
+    from statecat.readers.state_bytes import OperatorBytes
+    from statecat.statemeta.model import StateMeta
 
 STATES_TABLE = f"{REGISTRY_DATABASE}.states"
 OPERATORS_TABLE = f"{REGISTRY_DATABASE}.operators"
@@ -85,7 +93,7 @@ def catalog_columns(kind: str) -> tuple[tuple, dict]:
 # ----------------------------------------------------------------------------- creating (driver, Spark)
 
 
-def ensure_catalog_views(spark) -> None:
+def ensure_catalog_views(spark: SparkSession) -> None:
     """Creates ``statecat.states`` and ``statecat.operators`` (idempotent; recreated when their
     columns or the registry's location changed). Needs the registry table (``ensure_registry``)."""
     from statecat.catalog.spark.registry import REGISTRY_TABLE
@@ -104,7 +112,7 @@ def ensure_catalog_views(spark) -> None:
     ensure_sql_forms(spark, location)  # statecat.key_view / statecat.diff read the registry the same way
 
 
-def ensure_registry_tables(spark, location: str, tables) -> None:
+def ensure_registry_tables(spark: SparkSession, location: str, tables: Iterable[tuple[str, str, str]]) -> None:
     """Creates each (kind, name, comment) ``flinkstate`` table reading the registry at ``location``;
     one whose columns or registry location changed is recreated, an up-to-date one is kept."""
     from statecat.catalog.spark.tables import SOURCE_NAME, TableRef, ref_from_schema, spark_schema
@@ -119,13 +127,13 @@ def ensure_registry_tables(spark, location: str, tables) -> None:
         spark.catalog.createTable(name, source=SOURCE_NAME, schema=schema, description=comment)
 
 
-def refresh_catalog_views(spark) -> None:
+def refresh_catalog_views(spark: SparkSession) -> None:
     """Points the tables at the registry's current files: call it after the registry table moved
     to a new location (``registry.rewrite_records``). Appends need no call."""
     ensure_catalog_views(spark)
 
 
-def registry_location(spark, table: str) -> str:
+def registry_location(spark: SparkSession, table: str) -> str:
     for row in spark.sql(f"DESCRIBE TABLE EXTENDED {table}").collect():
         if row[0] == "Location":
             return row[1]
@@ -201,7 +209,7 @@ def catalog_batches(kind: str, partition: SavepointPartition, schema: pa.Schema)
         )
 
 
-def states_rows(meta, sizes) -> list[tuple]:
+def states_rows(meta: StateMeta, sizes: dict[str, OperatorBytes | str]) -> list[tuple]:
     """``state_meta`` rows with the operator's label in front."""
     from statecat.catalog.spark.tables import state_meta_rows
 
@@ -209,12 +217,12 @@ def states_rows(meta, sizes) -> list[tuple]:
     return [(labels[row[0]],) + row for row in state_meta_rows(meta, sizes)]
 
 
-def measured_sizes(meta) -> dict:
+def measured_sizes(meta: StateMeta) -> dict[str, OperatorBytes | str]:
     """``operator_bytes`` of every operator whose data can be walked: one damaged operator (or
     savepoint) leaves its size columns empty with the reason, not the catalog-wide query failed."""
     from statecat.readers.state_bytes import operator_bytes
 
-    sizes = {}
+    sizes: dict[str, OperatorBytes | str] = {}
     for op in meta.operators:
         try:
             sizes[op.id] = operator_bytes(meta, op)
@@ -223,7 +231,7 @@ def measured_sizes(meta) -> dict:
     return sizes
 
 
-def operators_rows(meta, sizes) -> list[tuple]:
+def operators_rows(meta: StateMeta, sizes: dict[str, OperatorBytes | str]) -> list[tuple]:
     rows = []
     for op in meta.operators:
         size = sizes[op.id]
@@ -249,7 +257,7 @@ def operators_rows(meta, sizes) -> list[tuple]:
     return rows
 
 
-def _filesystem(location: str):
+def _filesystem(location: str) -> tuple[pafs.FileSystem, str]:
     """A pyarrow filesystem and path for the registry's location (``file:``, a path, or a URI)."""
     from pyarrow import fs
 

@@ -24,15 +24,23 @@ import os
 import pickle
 import struct
 import traceback
+from typing import TYPE_CHECKING, BinaryIO
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    import io
+
+    from pyspark.sql.datasource import Filter
+
+    from statecat.catalog.spark.source import FlinkStateReader
 
 OP_PLAN, OP_READ = 1, 2
 STATUS_OK, STATUS_ERROR = 0x5C0FFEE0, 0x5C0FFEE1
 # Pickled plans and partitions are small; a longer prefix means the stream is not a request.
 MAX_BLOB_BYTES = 256 << 20
 
-_readers: dict[bytes, object] = {}  # pickled reader -> reader, per worker process (a reader is per scan)
+_readers: dict[bytes, FlinkStateReader] = {}  # pickled reader -> reader, per worker process (a reader is per scan)
 _READERS_KEPT = 16
 
 
@@ -40,30 +48,30 @@ class ColumnarRequestError(Exception):
     """A request the JVM sent that this worker cannot parse."""
 
 
-def _read_exactly(infile, n: int) -> bytes:
+def _read_exactly(infile: io.BufferedReader, n: int) -> bytes:
     data = infile.read(n)
     if data is None or len(data) != n:
         raise ColumnarRequestError(f"expected {n} bytes from the JVM, got {0 if data is None else len(data)}")
     return data
 
 
-def _read_int(infile) -> int:
+def _read_int(infile: io.BufferedReader) -> int:
     return struct.unpack(">i", _read_exactly(infile, 4))[0]
 
 
-def _read_blob(infile) -> bytes:
+def _read_blob(infile: io.BufferedReader) -> bytes:
     n = _read_int(infile)
     if not 0 <= n <= MAX_BLOB_BYTES:
         raise ColumnarRequestError(f"expected a blob length within 0..{MAX_BLOB_BYTES}, got {n}")
     return _read_exactly(infile, n)
 
 
-def _write_blob(outfile, blob: bytes) -> None:
+def _write_blob(outfile: BinaryIO, blob: bytes) -> None:
     outfile.write(struct.pack(">i", len(blob)))
     outfile.write(blob)
 
 
-def main(infile, outfile) -> None:
+def main(infile: io.BufferedReader, outfile: BinaryIO) -> None:
     if not infile.peek(1):
         # The JVM closed the socket (it destroyed this worker after a failed or abandoned read):
         # a non-zero code makes pyspark.daemon end this child quietly instead of reusing it.
@@ -90,7 +98,7 @@ def _abandoned() -> None:
     os._exit(1)
 
 
-def _fail(outfile, exc: Exception) -> None:
+def _fail(outfile: BinaryIO, exc: Exception) -> None:
     from statecat.statemeta.errors import StatecatError
 
     text = f"{type(exc).__name__}: {exc}"
@@ -105,7 +113,7 @@ def _fail(outfile, exc: Exception) -> None:
     raise SystemExit(1)  # the JVM destroys a worker whose request failed; this child ends too
 
 
-def _plan(infile, outfile) -> None:
+def _plan(infile: io.BufferedReader, outfile: BinaryIO) -> None:
     from pyspark.sql.datasource import EqualTo, In
     from pyspark.sql.types import StructType
 
@@ -113,7 +121,7 @@ def _plan(infile, outfile) -> None:
 
     schema, options, filters, read_schema = (json.loads(_read_blob(infile)) for _ in range(4))
     reader = FlinkStateDataSource(options).reader(StructType.fromJson(schema))
-    pushed = [
+    pushed: list[Filter] = [
         EqualTo((f["column"],), f["values"][0]) if f["op"] == "EqualTo" else In((f["column"],), tuple(f["values"]))
         for f in filters
         if "." not in f["column"]
@@ -130,7 +138,7 @@ def _plan(infile, outfile) -> None:
     outfile.write(struct.pack(">i", STATUS_OK))
 
 
-def _read(infile, outfile) -> None:
+def _read(infile: io.BufferedReader, outfile: BinaryIO) -> None:
     reader_bytes = _read_blob(infile)
     partition = pickle.loads(_read_blob(infile))
     reader = _readers.get(reader_bytes)

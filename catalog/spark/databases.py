@@ -20,7 +20,9 @@ import datetime as dt
 import logging
 import os
 import posixpath
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from statecat.catalog.spark.discovery import discover_savepoints, normalise_path, readable_name, unique_name
 from statecat.catalog.spark.registry import (
@@ -36,6 +38,10 @@ from statecat.catalog.spark.tables import SOURCE_NAME, savepoint_tables, spark_s
 from statecat.statemeta.errors import LookupFailedError, StatecatError
 from statecat.statemeta.storage import METADATA_FILE
 
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
 EAGER_LIMIT = 20  # about 1-2 s per savepoint on Derby; beyond this attach only registers
 
 log = logging.getLogger("statecat.catalog")
@@ -49,7 +55,7 @@ class AttachResult:
     failed: list[tuple[str, str]]  # (savepoint path, error) of savepoints that could not be attached
     seconds: float = 0.0
 
-    def to_pandas(self):
+    def to_pandas(self) -> pd.DataFrame:
         """One row per savepoint this attach saw: database, savepoint, status, error."""
         import pandas as pd
 
@@ -63,7 +69,12 @@ class AttachResult:
         return attach_result_html(self)
 
 
-def attach(spark, roots, *, eager: bool | None = None) -> AttachResult:
+def attach(
+    spark: SparkSession,
+    roots: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    *,
+    eager: bool | None = None,
+) -> AttachResult:
     """Registers every savepoint under ``roots`` (a path or a list), each as a database.
 
     ``eager=None`` materialises the databases when at most ``EAGER_LIMIT`` savepoints are new,
@@ -127,19 +138,19 @@ def attach(spark, roots, *, eager: bool | None = None) -> AttachResult:
     materialised = []
     if eager:
         existing = existing_databases(spark)
-        paths = {name: path for path, name in known.items()}
+        database_paths = {name: path for path, name in known.items()}
         for database in [r.database for r in new] + [d for d in again if d not in existing]:
             try:
-                materialise(spark, database, paths[database])
+                materialise(spark, database, database_paths[database])
                 materialised.append(database)
             except StatecatError as exc:
-                failed.append((paths[database], str(exc)))
+                failed.append((database_paths[database], str(exc)))
     for path, error in failed:
         log.warning("could not attach %s: %s", path, error)
     return AttachResult(new, again, materialised, failed, time.perf_counter() - started)
 
 
-def materialise(spark, database: str, path: str, descriptors: str | None = None) -> list[str]:
+def materialise(spark: SparkSession, database: str, path: str, descriptors: str | None = None) -> list[str]:
     """Creates the savepoint's database and its tables (those missing); returns the table names.
 
     ``descriptors`` (a descriptor file's absolute path) is applied to the StateMeta and kept in every
@@ -169,7 +180,9 @@ def materialise(spark, database: str, path: str, descriptors: str | None = None)
     return names
 
 
-def attach_with_descriptors(spark, roots, descriptors: str) -> AttachResult:
+def attach_with_descriptors(
+    spark: SparkSession, roots: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], descriptors: str
+) -> AttachResult:
     """``attach`` with a descriptor file: each savepoint's database and tables come from its StateMeta
     with the file applied, and every table's TableRef carries the file's absolute path, so the Spark
     workers that read the table apply it too. Tables that already exist are kept as they are

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import TYPE_CHECKING
 
 from statecat.catalog.spark.databases import materialise
 from statecat.catalog.spark.discovery import REGISTRY_DATABASE
 from statecat.catalog.spark.registry import PROPERTY_SAVEPOINT, existing_databases, registered
 from statecat.statemeta.errors import LookupFailedError, StatecatError, did_you_mean
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from sqlglot import exp
 
 log = logging.getLogger("statecat.catalog")
 
@@ -47,7 +52,7 @@ def referenced_databases(query: str) -> tuple[set[str], set[tuple[str, str]]]:
 _SHOW_IN = re.compile(r"\b(?:IN|FROM)\s+`?([A-Za-z0-9_]+)`?", re.IGNORECASE)
 
 
-def _command_databases(statement) -> set[str]:
+def _command_databases(statement: exp.Command) -> set[str]:
     # SHOW TABLES IN db, SHOW COLUMNS IN db.t: sqlglot keeps these as raw commands.
     text = statement.sql(dialect="spark")
     if not text.upper().startswith("SHOW"):
@@ -55,7 +60,7 @@ def _command_databases(statement) -> set[str]:
     return {m.group(1).lower() for m in _SHOW_IN.finditer(text)}
 
 
-def prepare(spark, query: str) -> list[str]:
+def prepare(spark: SparkSession, query: str) -> list[str]:
     """Materialises the registered savepoint databases the query names; checks the names it uses.
 
     Returns the databases it created. Unknown databases and tables of savepoint databases raise
@@ -102,11 +107,11 @@ def prepare(spark, query: str) -> list[str]:
     return created
 
 
-def _is_savepoint_database(spark, database: str) -> bool:
+def _is_savepoint_database(spark: SparkSession, database: str) -> bool:
     return _savepoint_of(spark, database) is not None
 
 
-def _savepoint_of(spark, database: str) -> str | None:
+def _savepoint_of(spark: SparkSession, database: str) -> str | None:
     try:
         rows = spark.sql(f"DESCRIBE DATABASE EXTENDED `{database}`").collect()
     except Exception:  # noqa: BLE001 - a database Spark cannot describe is not one of ours
@@ -135,7 +140,7 @@ def split_statements(query: str) -> list[str]:
     return [s.strip() for s in statements if s.strip()]
 
 
-def sql(spark, query: str):
+def sql(spark: SparkSession, query: str) -> DataFrame:
     """Runs Spark SQL (one statement or several separated by ``;``) after attaching what it names.
 
     Returns the DataFrame of the last statement.

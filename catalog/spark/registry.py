@@ -10,9 +10,16 @@ import datetime as dt
 import re
 import uuid
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
 
 from statecat.catalog.spark.discovery import REGISTRY_DATABASE
 from statecat.statemeta.errors import StatecatError
+
+if TYPE_CHECKING:
+    from py4j.java_gateway import JVMView
+    from pyspark.sql import SparkSession
+
+    from statecat.statemeta.metadata import CheckpointMetadata, NativeRocksDBHandle
 
 REGISTRY_TABLE = f"{REGISTRY_DATABASE}.savepoints"
 PROPERTY_SAVEPOINT = "statecat.savepoint"  # database property holding the savepoint's path
@@ -88,8 +95,9 @@ class SavepointRecord:
         )
 
     @staticmethod
-    def from_row(row: dict) -> SavepointRecord:
-        return SavepointRecord(*(row.get(name) for name, _, _ in REGISTRY_SCHEMA))
+    def from_row(row: dict[str, Any]) -> SavepointRecord:
+        # A registry row's values, as Spark returns them for the schema's columns.
+        return SavepointRecord(*(cast(Any, row.get(name)) for name, _, _ in REGISTRY_SCHEMA))
 
     def same_savepoint(self, other: SavepointRecord) -> bool:
         """Is ``other`` (read from some path) this savepoint: same ``_metadata`` bytes, or same checkpoint and size."""
@@ -125,7 +133,7 @@ def read_record(path: str, database: str, attached_at: dt.datetime) -> Savepoint
     )
 
 
-def _savepoint_size(metadata) -> int:
+def _savepoint_size(metadata: CheckpointMetadata) -> int:
     """``_metadata`` plus every distinct file (segment) its handles refer to."""
     seen: dict[tuple, int] = {}
     for op in metadata.operators:
@@ -136,7 +144,8 @@ def _savepoint_size(metadata) -> int:
                 if stream is not None:
                     streams.append(stream)
                 if hasattr(handle, "files"):  # a native RocksDB instance: its meta-data stream and files
-                    streams += [handle.meta_stream] + [f.stream for f in handle.files]
+                    native = cast("NativeRocksDBHandle", handle)
+                    streams += [native.meta_stream] + [f.stream for f in native.files]
         for stream in streams:
             path = getattr(stream, "path", None)
             if path is not None:
@@ -144,7 +153,7 @@ def _savepoint_size(metadata) -> int:
     return metadata.size + sum(seen.values())
 
 
-def ensure_registry(spark) -> None:
+def ensure_registry(spark: SparkSession) -> None:
     """Creates the registry, or brings one an older statecat created up to date (idempotent)."""
     spark.sql(f"CREATE DATABASE IF NOT EXISTS {REGISTRY_DATABASE} COMMENT 'statecat: attached Flink savepoints'")
     spark.sql(
@@ -154,7 +163,7 @@ def ensure_registry(spark) -> None:
     _migrate(spark)
 
 
-def _migrate(spark) -> None:
+def _migrate(spark: SparkSession) -> None:
     fields = {f.name: f for f in spark.table(REGISTRY_TABLE).schema.fields}
     added = [column for column in REGISTRY_SCHEMA if column[0] not in fields]
     if added:
@@ -186,21 +195,21 @@ def _with_time_source(record: SavepointRecord) -> SavepointRecord:
         return replace(record, time_source=SOURCE_FILE if record.time is not None else SOURCE_UNKNOWN)
 
 
-def registered(spark) -> dict[str, str]:
+def registered(spark: SparkSession) -> dict[str, str]:
     """path -> database of every registered savepoint."""
     if not spark.catalog.tableExists(REGISTRY_TABLE):
         return {}
     return {r["path"]: r["database"] for r in spark.table(REGISTRY_TABLE).select("path", "database").collect()}
 
 
-def registry_records(spark) -> list[SavepointRecord]:
+def registry_records(spark: SparkSession) -> list[SavepointRecord]:
     """Every row of the registry (empty when there is none)."""
     if not spark.catalog.tableExists(REGISTRY_TABLE):
         return []
     return [SavepointRecord.from_row(r.asDict()) for r in spark.table(REGISTRY_TABLE).collect()]
 
 
-def append_records(spark, records: list[SavepointRecord]) -> None:
+def append_records(spark: SparkSession, records: list[SavepointRecord]) -> None:
     schema = spark.table(REGISTRY_TABLE).schema
     spark.createDataFrame([r.row() for r in records], schema).write.insertInto(REGISTRY_TABLE)
 
@@ -208,7 +217,7 @@ def append_records(spark, records: list[SavepointRecord]) -> None:
 _GENERATION = re.compile(r"savepoints(-[0-9a-f]{32})?")
 
 
-def rewrite_records(spark, records: list[SavepointRecord]) -> None:
+def rewrite_records(spark: SparkSession, records: list[SavepointRecord]) -> None:
     """Replaces the registry's rows with ``records``, atomically.
 
     The rows go to a new directory first; pointing the table at it (one metastore update) is the
@@ -228,15 +237,15 @@ def rewrite_records(spark, records: list[SavepointRecord]) -> None:
     refresh_catalog_views(spark)  # statecat.states / statecat.operators read the registry's files directly
 
 
-def _table_location(spark) -> str:
+def _table_location(spark: SparkSession) -> str:
     for row in spark.sql(f"DESCRIBE TABLE EXTENDED {REGISTRY_TABLE}").collect():
         if row[0] == "Location":
             return row[1]
     raise StatecatError(f"the metastore names no location for {REGISTRY_TABLE}")
 
 
-def _remove_generations(spark, parent: str, keep: set[str]) -> None:
-    jvm = spark._jvm
+def _remove_generations(spark: SparkSession, parent: str, keep: set[str]) -> None:
+    jvm = cast("JVMView", spark._jvm)  # set while the session runs
     directory = jvm.org.apache.hadoop.fs.Path(parent)
     filesystem = directory.getFileSystem(spark._jsc.hadoopConfiguration())
     for status in filesystem.listStatus(directory):
@@ -245,5 +254,5 @@ def _remove_generations(spark, parent: str, keep: set[str]) -> None:
             filesystem.delete(status.getPath(), True)
 
 
-def existing_databases(spark) -> set[str]:
+def existing_databases(spark: SparkSession) -> set[str]:
     return {row[0] for row in spark.sql("SHOW DATABASES").collect()}

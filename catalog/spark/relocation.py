@@ -16,6 +16,7 @@ import json
 import logging
 import posixpath
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
 
 from statecat.catalog.spark.discovery import REGISTRY_DATABASE, normalise_path
 from statecat.catalog.spark.registry import (
@@ -29,6 +30,12 @@ from statecat.catalog.spark.registry import (
 )
 from statecat.catalog.spark.tables import SOURCE_NAME
 from statecat.statemeta.errors import LookupFailedError, StatecatError, did_you_mean
+
+if TYPE_CHECKING:
+    from py4j.java_gateway import JVMView
+    from pyspark.sql import SparkSession
+
+    from statecat.catalog.spark.tables import TableRef
 
 log = logging.getLogger("statecat.catalog")
 
@@ -69,7 +76,7 @@ class Detached:
     unregistered: bool  # the registry row existed and was removed
 
 
-def detach(spark, target: str) -> Detached | None:
+def detach(spark: SparkSession, target: str) -> Detached | None:
     """Drops the database of the savepoint ``target`` names (database or path) and its registry row.
 
     None when nothing is attached under that name or path (already detached).
@@ -88,7 +95,7 @@ def detach(spark, target: str) -> Detached | None:
     return Detached(database, record.path if record else None, dropped, unregistered)
 
 
-def relocate(spark, old: str, new: str) -> SavepointRecord:
+def relocate(spark: SparkSession, old: str, new: str) -> SavepointRecord:
     """Points the savepoint attached from ``old`` (path or database) at ``new``; returns its new row.
 
     ``new`` must hold the same savepoint (same ``_metadata``, or same checkpoint id and size).
@@ -133,7 +140,7 @@ def relocate(spark, old: str, new: str) -> SavepointRecord:
     # Tables attached with a descriptor file carry its path: the new tables keep it.
     descriptors = {ref.descriptors for ref in _table_refs(spark, record.database)} - {None}
     _drop_savepoint_database(spark, record.database)
-    materialise(spark, record.database, new_path, *sorted(descriptors)[:1])
+    materialise(spark, record.database, new_path, *sorted(cast("set[str]", descriptors))[:1])
     return moved
 
 
@@ -158,7 +165,7 @@ def _find(records: list[SavepointRecord], target: str) -> SavepointRecord | None
     return exact[0] if exact else below[0] if len(below) == 1 else None
 
 
-def _savepoint_database(spark, name: str) -> str | None:
+def _savepoint_database(spark: SparkSession, name: str) -> str | None:
     """``name`` when it is a savepoint database the registry lost (a crash between detach's two steps)."""
     name = name.lower()
     if name == REGISTRY_DATABASE or name not in existing_databases(spark):
@@ -166,14 +173,14 @@ def _savepoint_database(spark, name: str) -> str | None:
     return name if _database_property(spark, name) is not None else None
 
 
-def _database_property(spark, database: str) -> str | None:
+def _database_property(spark: SparkSession, database: str) -> str | None:
     for row in spark.sql(f"DESCRIBE DATABASE EXTENDED `{database}`").collect():
         if row[0] == "Properties" and PROPERTY_SAVEPOINT in row[1]:
             return row[1]
     return None
 
 
-def _drop_savepoint_database(spark, database: str) -> bool:
+def _drop_savepoint_database(spark: SparkSession, database: str) -> bool:
     """Drops a savepoint's database, refusing when it holds tables statecat did not create."""
     if database == REGISTRY_DATABASE or not spark.catalog.databaseExists(database):
         return False
@@ -192,12 +199,12 @@ def _drop_savepoint_database(spark, database: str) -> bool:
     return True
 
 
-def _provider(spark, database: str, table: str) -> str | None:
+def _provider(spark: SparkSession, database: str, table: str) -> str | None:
     provider = _table_metadata(spark, database, table).provider()
     return provider.get() if provider.isDefined() else None
 
 
-def _table_refs(spark, database: str) -> list:
+def _table_refs(spark: SparkSession, database: str) -> list[TableRef]:
     """The TableRefs of the database's flinkstate tables, from the metastore (no read, no Python worker)."""
     from pyspark.sql.types import StructType
 
@@ -218,7 +225,8 @@ def _table_refs(spark, database: str) -> list:
     return refs
 
 
-def _table_metadata(spark, database: str, table: str):
-    jvm = spark._jvm
+def _table_metadata(spark: SparkSession, database: str, table: str) -> Any:  # a JVM CatalogTable (Py4J)
+
+    jvm = cast("JVMView", spark._jvm)  # set while the session runs
     identifier = jvm.org.apache.spark.sql.catalyst.TableIdentifier(table, jvm.scala.Option.apply(database))
     return spark._jsparkSession.sessionState().catalog().getTableMetadata(identifier)

@@ -22,7 +22,8 @@ import gc
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, EqualTo, In, InputPartition
@@ -37,6 +38,14 @@ from statecat.catalog.spark.tables import (
 )
 from statecat.statemeta.errors import SavepointNotFoundError, StatecatError
 
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter
+    from pyspark.sql.types import StructType
+
+    from statecat.readers import Partition
+    from statecat.statemeta.model import KeyedLocation, OperatorMeta, StateInfo, StateMeta
+    from statecat.statemeta.types import TypeDescriptor
+
 # Bytes of state data per Spark partition: a subtask's key-group range is split at key-group
 # boundaries into runs of about equal bytes once it holds more, so a large state spreads over
 # executors even when the job ran with few subtasks; small states stay one partition per subtask.
@@ -46,10 +55,12 @@ PARTITION_BYTES = 128 << 20
 _META_CACHE_SIZE = 8
 # A file to append each state partition's read() timing to (bench/bench_spark.py --profile).
 READ_PROFILE_ENV = "STATECAT_READ_PROFILE"
-_meta_cache: dict[str, object] = {}
+_meta_cache: dict[str, StateMeta] = {}
 
 
-def _profiled(conform, batches, log_path: str) -> Iterator[pa.RecordBatch]:
+def _profiled(
+    conform: Callable[[pa.RecordBatch], pa.RecordBatch], batches: Iterable[pa.RecordBatch], log_path: str
+) -> Iterator[pa.RecordBatch]:
     """The state batches of one partition, timing decoding, conforming and what Spark does between
     batches (serialising them to the JVM); one JSON line per partition appended to ``log_path``."""
     times = dict.fromkeys(("decode_s", "conform_s", "consumer_s"), 0.0)
@@ -75,7 +86,7 @@ def _profiled(conform, batches, log_path: str) -> Iterator[pa.RecordBatch]:
         log.write(json.dumps(record) + "\n")
 
 
-def _projection(full: pa.Schema, target: pa.Schema):
+def _projection(full: pa.Schema, target: pa.Schema) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
     """A function from batches of ``full`` to batches of ``target``: its columns, and of a struct
     (also inside a list or map) only the fields it names, as Spark prunes nested fields too."""
     if target.equals(full):
@@ -91,7 +102,7 @@ class StatecatQueryError(StatecatError):
     """A state could not be read while Spark ran a query; names savepoint, operator and state."""
 
 
-def _state_meta(path: str, descriptors: str | None = None):
+def _state_meta(path: str, descriptors: str | None = None) -> StateMeta:
     """StateMeta of a savepoint, cached per Python worker (workers are reused across tasks).
 
     ``descriptors``: the descriptor file a table was attached with (``TableRef.descriptors``)."""
@@ -116,7 +127,7 @@ def _query_error(ref: TableRef, exc: Exception, *, attached: bool = False) -> St
     return StatecatQueryError(f"cannot read {ref.describe()}: {exc}")
 
 
-def key_group_bytes(location) -> dict[int, int]:
+def key_group_bytes(location: KeyedLocation) -> dict[int, int]:
     """Bytes of each key-group of a keyed location that holds data, from the handle's offsets.
 
     A native RocksDB instance has no per-key-group offsets: its files' bytes are spread evenly
@@ -129,7 +140,9 @@ def key_group_bytes(location) -> dict[int, int]:
     return {location.start_key_group + i: ends[o] - o for i, o in enumerate(location.offsets) if o > 0}
 
 
-def balanced_key_groups(location, key_groups: tuple[int, ...] | None, target_bytes: int) -> list[tuple[int, ...]]:
+def balanced_key_groups(
+    location: KeyedLocation, key_groups: tuple[int, ...] | None, target_bytes: int
+) -> list[tuple[int, ...]]:
     """The location's key-groups (or the given subset) in as many consecutive runs of about equal
     bytes as runs of ``target_bytes`` they fill (at least one): tasks of one size, so no core idles
     on a short last run while another still reads a full one."""
@@ -175,7 +188,7 @@ def _freeze_loaded_objects() -> None:
 class StatePartition(InputPartition):
     """One task: a reader Partition (subtask, optional key-group subset) of one state."""
 
-    def __init__(self, partition, state_kind: str, keys: tuple | None = None):
+    def __init__(self, partition: Partition, state_kind: str, keys: tuple | None = None):
         self.partition = partition  # statecat.readers.Partition (picklable)
         self.state_kind = state_kind
         self.keys = keys  # only rows of these keys (their key-groups are the partition's); None: all
@@ -197,7 +210,7 @@ class FlinkStateDataSource(DataSource):
     def name(cls) -> str:
         return SOURCE_NAME
 
-    def _ref(self, schema=None) -> TableRef:
+    def _ref(self, schema: StructType | None = None) -> TableRef:
         ref = ref_from_schema(schema) or ref_from_options(self.options)
         if ref is None:
             raise StatecatError(
@@ -207,20 +220,20 @@ class FlinkStateDataSource(DataSource):
             )
         return ref
 
-    def schema(self):
+    def schema(self) -> StructType:
         ref = self._ref()
         try:
             return spark_schema(ref, _state_meta(ref.savepoint, ref.descriptors) if ref.kind == "state" else None)
         except StatecatError as exc:
             raise _query_error(ref, exc) from None
 
-    def reader(self, schema) -> DataSourceReader:
+    def reader(self, schema: StructType) -> FlinkStateReader:
         # Catalog tables reach the source through their schema only; reads name their path in options.
         return FlinkStateReader(self._ref(schema), schema, attached=ref_from_options(self.options) is None)
 
 
 class FlinkStateReader(DataSourceReader):
-    def __init__(self, ref: TableRef, schema, *, attached: bool = False):
+    def __init__(self, ref: TableRef, schema: StructType, *, attached: bool = False):
         from pyspark.sql.pandas.types import to_arrow_schema
 
         self.ref = ref
@@ -236,13 +249,13 @@ class FlinkStateReader(DataSourceReader):
 
     # -- planning (driver)
 
-    def pushFilters(self, filters):
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:
         for f in filters:
             literals = (f.value,) if isinstance(f, EqualTo) else tuple(f.value) if isinstance(f, In) else None
             # Only scalar literals: arrays or structs compared to a key are left to Spark.
-            if literals is not None and len(f.attribute) == 1 and self._scalars(literals):
+            if literals is not None and len(cast("EqualTo | In", f).attribute) == 1 and self._scalars(literals):
                 values = {v for v in literals if v is not None}  # key = NULL matches no row
-                column = f.attribute[0].lower()
+                column = cast("EqualTo | In", f).attribute[0].lower()
                 if column == "key" and self.ref.kind in ("state", "key_view"):
                     self.keys = values if self.keys is None else self.keys & values
                 elif (column, self.ref.kind) in (("state_name", "operator"), ("state", "diff")):
@@ -258,7 +271,7 @@ class FlinkStateReader(DataSourceReader):
     def _scalars(values: tuple) -> bool:
         return all(v is None or isinstance(v, (str, int, float, bool)) for v in values)
 
-    def partitions(self):
+    def partitions(self) -> Sequence[InputPartition]:
         ref = self.ref
         if ref.kind == "state_meta":
             return [InputPartition(None)]
@@ -285,11 +298,12 @@ class FlinkStateReader(DataSourceReader):
                 raise StatecatQueryError(str(exc)) from None
         try:
             meta = _state_meta(ref.savepoint, ref.descriptors)
+            # A state table's ref names its state, an operator table's its operator (tables.TableRef).
             if ref.kind == "state":
-                return self._state_partitions(meta, ref.state, ref.operator) or [InputPartition(None)]
-            op = meta.operator(ref.operator)
+                return self._state_partitions(meta, cast(str, ref.state), ref.operator) or [InputPartition(None)]
+            op = meta.operator(cast(str, ref.operator))
             wanted = [state for state in op.states if self.state_names is None or state.name in self.state_names]
-            parts = []
+            parts: list[InputPartition] = []
             for state in wanted:
                 if not state.is_keyed:
                     parts.extend(self._state_partitions(meta, state.name, op.id))
@@ -301,12 +315,12 @@ class FlinkStateReader(DataSourceReader):
             raise failure from None
 
     @staticmethod
-    def _operator_keyed_partitions(op, states) -> list[OperatorKeyedPartition]:
+    def _operator_keyed_partitions(op: OperatorMeta, states: list[StateInfo]) -> list[OperatorKeyedPartition]:
         """Per subtask, runs of key-groups of about equal bytes; each covers every keyed state."""
         kinds = {state.name: state.kind for state in states}
-        locations: dict[int, object] = {}  # subtask -> a location of its keyed stream
+        locations: dict[int, KeyedLocation] = {}  # subtask -> a location of its keyed stream
         for state in states:
-            for location in state.locations:
+            for location in cast("tuple[KeyedLocation, ...]", state.locations):  # keyed states only
                 locations.setdefault(location.subtask, location)
         parts = []
         for subtask, location in sorted(locations.items()):
@@ -315,7 +329,7 @@ class FlinkStateReader(DataSourceReader):
                 parts.append(OperatorKeyedPartition(op.id, subtask, chunk, kinds))
         return parts
 
-    def _state_partitions(self, meta, state_name: str, operator: str | None) -> list[StatePartition]:
+    def _state_partitions(self, meta: StateMeta, state_name: str, operator: str | None) -> list[StatePartition]:
         from statecat.readers import Partition, SavepointReader
         from statecat.readers.keygroups import key_group_for
 
@@ -324,7 +338,9 @@ class FlinkStateReader(DataSourceReader):
         key_groups = keys = None
         if self.keys is not None and state.is_keyed:
             try:
-                key_groups = {key_group_for(k, state.key, op.max_parallelism) for k in self.keys}
+                key_groups = {
+                    key_group_for(k, cast("TypeDescriptor", state.key), op.max_parallelism) for k in self.keys
+                }
                 keys = tuple(sorted(self.keys, key=repr))
             except (StatecatError, TypeError, ValueError, KeyError):
                 key_groups = None  # keys of a type statecat cannot hash: read everything, Spark filters
@@ -334,7 +350,7 @@ class FlinkStateReader(DataSourceReader):
                 out.append(StatePartition(part, state.kind))
                 continue
             location = next(loc for loc in state.locations if loc.subtask == part.subtask)
-            chunks = balanced_key_groups(location, part.key_groups, PARTITION_BYTES)
+            chunks = balanced_key_groups(cast("KeyedLocation", location), part.key_groups, PARTITION_BYTES)
             if len(chunks) == 1 and part.key_groups is None:
                 out.append(StatePartition(part, state.kind, keys))
                 continue
@@ -346,7 +362,7 @@ class FlinkStateReader(DataSourceReader):
             )
         return out
 
-    def project(self, read_schema) -> None:
+    def project(self, read_schema: StructType) -> None:
         """A columnar scan (catalog/spark/columnar_worker.py) reads only these columns and struct fields."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -354,13 +370,13 @@ class FlinkStateReader(DataSourceReader):
 
     # -- reading (executors)
 
-    def read_columns(self, partition) -> Iterator[pa.RecordBatch]:
+    def read_columns(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The partition's batches in ``read_schema`` (a columnar scan's)."""
         project = _projection(self.arrow_schema, self.read_schema)
         for batch in self.read(partition):
             yield project(batch)
 
-    def read(self, partition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         _freeze_loaded_objects()
         ref = self.ref
         if ref.kind == "state_meta":
@@ -458,10 +474,12 @@ class FlinkStateReader(DataSourceReader):
                 hint="The table was registered from a different savepoint layout; attach the savepoint again",
             ) from None
 
-    def _as_json(self, batches, state_name: str, kind: str, subtask: int) -> Iterator[pa.RecordBatch]:
+    def _as_json(
+        self, batches: Iterable[pa.RecordBatch], state_name: str, kind: str, subtask: int | None
+    ) -> Iterator[pa.RecordBatch]:
         from statecat.catalog.render import json_value
 
-        def text(value):  # struct fields stay in Flink's order
+        def text(value: Any) -> str | None:  # struct fields stay in Flink's order
             return None if value is None else json.dumps(json_value(value), ensure_ascii=False)
 
         for batch in batches:

@@ -25,13 +25,23 @@ registry's Parquet files; created (and re-pointed) with the catalog-wide tables.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from statecat.catalog.spark.discovery import REGISTRY_DATABASE
 from statecat.statemeta.errors import LookupFailedError, StatecatError, UnsupportedError, did_you_mean
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from statecat.readers.diff import Change, SavepointDiff, StateDiff
+    from statecat.readers.scan import KeyedStateScanner
+    from statecat.statemeta.model import KeyedLocation, OperatorMeta, StateInfo, StateMeta
+
+    _Side = tuple[OperatorMeta, StateInfo]
 
 KEY_VIEW_TABLE = f"{REGISTRY_DATABASE}.key_view"
 DIFF_TABLE = f"{REGISTRY_DATABASE}.diff"
@@ -125,7 +135,7 @@ def sql_form_columns(kind: str) -> tuple[tuple, dict]:
 # ----------------------------------------------------------------------------- creating (driver, Spark)
 
 
-def ensure_sql_forms(spark, location: str) -> None:
+def ensure_sql_forms(spark: SparkSession, location: str) -> None:
     """Creates ``statecat.key_view`` and ``statecat.diff`` reading the registry at ``location``
     (idempotent; recreated when their columns or the registry's location changed)."""
     from statecat.catalog.spark.catalog_views import ensure_registry_tables
@@ -176,7 +186,7 @@ class DiffPartition(InputPartition):
 
 def sql_form_partitions(
     kind: str, location: str, *, keys: set | None, databases: set | None, sides: dict, states: set | None
-) -> list[InputPartition]:
+) -> Sequence[InputPartition]:
     if kind == "key_view":
         return key_view_partitions(location, keys, databases)
     return diff_partitions(location, sides.get("a"), sides.get("b"), states)
@@ -243,39 +253,42 @@ def diff_partitions(
                 if entry.status != COMPARED:
                     parts.append(DiffPartition(*common, reason=f"{entry.status}: {entry.reason}"))
                 elif entry.kind in ("keyed", "timer"):
-                    ranges = key_group_ranges(entry.a[1], entry.b[1], target_bytes or PARTITION_BYTES)
+                    # A compared state has both sides.
+                    ranges = key_group_ranges(
+                        cast("_Side", entry.a)[1], cast("_Side", entry.b)[1], target_bytes or PARTITION_BYTES
+                    )
                     parts.extend(DiffPartition(*common, key_groups=r) for r in ranges)
                 else:  # operator state: small by nature (Flink holds it in memory on restore), one task
                     parts.append(DiffPartition(*common))
     return parts
 
 
-def key_group_ranges(state_a, state_b, target_bytes: int) -> list[tuple[int, int]]:
+def key_group_ranges(state_a: StateInfo, state_b: StateInfo, target_bytes: int) -> list[tuple[int, int]]:
     """Consecutive key-group ranges holding about ``target_bytes`` of both sides' data each; key-groups
     empty on both sides are left out (they hold no change)."""
     from statecat.catalog.spark.source import key_group_bytes
 
     sizes: dict[int, int] = {}
     for location in tuple(state_a.locations) + tuple(state_b.locations):
-        for group, size in key_group_bytes(location).items():
+        for group, size in key_group_bytes(cast("KeyedLocation", location)).items():  # keyed states
             sizes[group] = sizes.get(group, 0) + size
     ranges: list[tuple[int, int]] = []
     first = last = None
     total = 0
     for group in sorted(sizes):
         if first is not None and total + sizes[group] > target_bytes:
-            ranges.append((first, last))
+            ranges.append((first, cast(int, last)))  # last is set whenever first is
             first, total = None, 0
         if first is None:
             first = group
         last = group
         total += sizes[group]
     if first is not None:
-        ranges.append((first, last))
+        ranges.append((first, cast(int, last)))
     return ranges
 
 
-def _meta(path: str):
+def _meta(path: str) -> StateMeta:
     from statecat.catalog.spark.source import _state_meta
 
     return _state_meta(path)
@@ -284,7 +297,7 @@ def _meta(path: str):
 # ----------------------------------------------------------------------------- reading (workers, no Spark)
 
 
-def sql_form_batches(kind: str, partition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+def sql_form_batches(kind: str, partition: InputPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     if kind == "key_view" and isinstance(partition, KeyViewPartition):
         yield from key_view_batches(partition, schema)
     elif kind == "diff" and isinstance(partition, DiffPartition):
@@ -364,11 +377,15 @@ def diff_batches(partition: DiffPartition, schema: pa.Schema) -> Iterator[pa.Rec
         yield _batch(rows, schema)
 
 
-def _changes(partition: DiffPartition):
+def _changes(partition: DiffPartition) -> Iterator[Change]:
     from statecat.readers.diff import SavepointDiff, StateDiff
 
     meta_a, meta_b = _meta(partition.path_a), _meta(partition.path_b)
-    side_a, side_b = _side(meta_a, partition.side_a), _side(meta_b, partition.side_b)
+    # Only a compared state's partition gets here (diff_batches returns a reason's row): both sides are named.
+    side_a, side_b = (
+        _side(meta_a, cast("tuple[str, str]", partition.side_a)),
+        _side(meta_b, cast("tuple[str, str]", partition.side_b)),
+    )
     entry = StateDiff(partition.operator, partition.state, partition.table, partition.kind, side_a, side_b)
     diff = SavepointDiff(meta_a, meta_b, [entry])
     if partition.key_groups is None:
@@ -376,22 +393,23 @@ def _changes(partition: DiffPartition):
     return _keyed_changes(diff, entry, partition.key_groups)
 
 
-def _side(meta, side: tuple[str, str]):
+def _side(meta: StateMeta, side: tuple[str, str]) -> tuple[OperatorMeta, StateInfo]:
     op = meta.operator(side[0])
     return op, next(s for s in op.states if s.name == side[1])
 
 
-def _keyed_changes(diff, entry, key_groups: tuple[int, int]):
+def _keyed_changes(diff: SavepointDiff, entry: StateDiff, key_groups: tuple[int, int]) -> Iterator[Change]:
     """``SavepointDiff._keyed_changes`` over one range of key-groups: the two sides merged key-group by
     key-group, one key-group of each in memory."""
-    (op_a, state_a), (op_b, state_b) = entry.a, entry.b
+    (op_a, state_a), (op_b, state_b) = cast("tuple[_Side, _Side]", (entry.a, entry.b))  # a compared state
     side_a = _key_groups_in(diff.a, op_a, state_a, key_groups)
     side_b = _key_groups_in(diff.b, op_b, state_b, key_groups)
     timers = entry.kind == "timer"
     next_a, next_b = next(side_a, None), next(side_b, None)
     while next_a is not None or next_b is not None:
         if next_b is None or (next_a is not None and next_a[0] < next_b[0]):
-            group, rows_a, rows_b = next_a[0], next_a[1], []
+            # next_b is None: the loop runs while either side has a key-group, so next_a has one.
+            group, rows_a, rows_b = next_a[0], next_a[1], []  # type: ignore[index]
             next_a = next(side_a, None)
         elif next_a is None or next_b[0] < next_a[0]:
             group, rows_a, rows_b = next_b[0], [], next_b[1]
@@ -402,14 +420,16 @@ def _keyed_changes(diff, entry, key_groups: tuple[int, int]):
         yield from diff._compare(entry, group, rows_a, rows_b, timers)
 
 
-def _key_groups_in(meta, op, state, key_groups: tuple[int, int]):
+def _key_groups_in(
+    meta: StateMeta, op: OperatorMeta, state: StateInfo, key_groups: tuple[int, int]
+) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(key-group, rows) of the state's non-empty key-groups in ``key_groups`` (first, last), ascending."""
     from statecat.readers.keyview import decode_key_group
     from statecat.readers.scan import scanner_for
 
     first, last = key_groups
-    scanner = scanner_for(meta, op, state)
-    for location in sorted(state.locations, key=lambda loc: loc.start_key_group):
+    scanner = cast("KeyedStateScanner", scanner_for(meta, op, state))  # a keyed state's
+    for location in sorted(cast("tuple[KeyedLocation, ...]", state.locations), key=lambda loc: loc.start_key_group):
         start = location.start_key_group
         wanted = set(range(max(first, start), min(last, start + location.num_key_groups - 1) + 1))
         if not wanted:
@@ -420,12 +440,12 @@ def _key_groups_in(meta, op, state, key_groups: tuple[int, int]):
                 yield group, rows
 
 
-def key_text(value) -> str | None:
+def key_text(value: Any) -> str | None:
     """A key as a user gives it to ``WHERE key = ...``: text as is, anything else as JSON."""
     return value if isinstance(value, str) or value is None else json_text(value)
 
 
-def json_text(value) -> str | None:
+def json_text(value: Any) -> str | None:
     from statecat.catalog.render import json_value
 
     return None if value is None else json.dumps(json_value(value), ensure_ascii=False)

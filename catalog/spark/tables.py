@@ -18,11 +18,18 @@ naming the savepoint, operator, state and table kind.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, cast
 
 from statecat.statemeta.errors import LookupFailedError
 from statecat.statemeta.model import STATE_META_TABLE, StateInfo, StateMeta
 from statecat.statemeta.naming import catalog_table_names
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+
+    from statecat.statemeta.types import TypeDescriptor
 
 SOURCE_NAME = "flinkstate"
 REF_METADATA_KEY = "statecat.table"
@@ -180,7 +187,7 @@ def state_table_names(meta: StateMeta) -> dict[tuple[str, str], str]:
 # ----------------------------------------------------------------------------- schemas
 
 
-def spark_schema(ref: TableRef, meta: StateMeta | None = None):
+def spark_schema(ref: TableRef, meta: StateMeta | None = None) -> StructType:
     """The Spark StructType of a table, its first column carrying the TableRef."""
     from pyspark.sql.types import IntegerType, LongType, StringType, StructField, StructType, TimestampType
 
@@ -198,7 +205,8 @@ def spark_schema(ref: TableRef, meta: StateMeta | None = None):
             from statecat.statemeta.descriptors import with_pyflink_pickles
 
             meta = with_pyflink_pickles(meta, unpickle=True)
-        _, state = meta.find_state(ref.state, ref.operator)
+        # A state table's ref names its state (ref_from_options and savepoint_tables see to it).
+        _, state = meta.find_state(cast(str, ref.state), ref.operator)
         fields = list(from_arrow_schema(state_schema(state), prefer_timestamp_ntz=True).fields)
         fields = [StructField(f.name, f.dataType, True) for f in fields]
         comments = COLUMN_COMMENTS
@@ -230,14 +238,14 @@ def _columns_and_comments(kind: str) -> tuple[tuple, dict]:
     return OPERATOR_COLUMNS, COLUMN_COMMENTS
 
 
-def ref_from_schema(schema) -> TableRef | None:
+def ref_from_schema(schema: StructType | None) -> TableRef | None:
     if schema is None or not schema.fields:
         return None
     text = (schema.fields[0].metadata or {}).get(REF_METADATA_KEY)
     return TableRef.from_json(text) if text else None
 
 
-def ref_from_options(options) -> TableRef | None:
+def ref_from_options(options: Mapping[str, str]) -> TableRef | None:
     """``spark.read.format("flinkstate").option("path", ...)``: state (+operator), or table=state_meta."""
     opts = {k.lower(): v for k, v in dict(options).items()}
     path = opts.get("path") or opts.get("savepoint")
@@ -299,7 +307,7 @@ def state_meta_rows(meta: StateMeta, sizes: dict | None = None) -> list[tuple]:
     return rows
 
 
-def _describe(desc) -> str | None:
+def _describe(desc: TypeDescriptor | None) -> str | None:
     return desc.describe() if desc is not None else None
 
 
