@@ -9,8 +9,8 @@ The Spark side of statecat, in rooms by job; data flows one way, and so do the i
 * ``lake/``: the savepoint history as Delta tables (``statecat materialize``);
 * ``cli/``: the ``statecat`` command, one module per command.
 
-Each room imports only the ones listed before it (``lake`` needs neither ``spark`` nor ``servers``
-today), and the CLI is imported by none. ``pyspark_statecat/`` is the top-level module Spark
+Each room may import only the ones listed before it (``tests/test_layout.py`` checks every
+import), and the CLI is imported by none. ``pyspark_statecat/`` is the top-level module Spark
 discovers the data source by; ``_root/`` is the ``statecat`` package itself.
 
 Spark is imported on first use only, so the CLI's reader commands start without it.

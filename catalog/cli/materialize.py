@@ -2,7 +2,7 @@
 
 Writes each savepoint or checkpoint found at or under the paths into Delta tables under LAKE
 (a local directory or an ``s3://``/``gs://`` URI), exactly once: see ``statecat.catalog.lake.materialize``
-for the guarantees and ``lake_tables`` for the layout. Prints one line per snapshot.
+for the guarantees and ``statecat.catalog.lake.tables`` for the layout. Prints one line per snapshot.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``statecat metastore [status|start|stop|conf]``: the shared metastore server of a statecat home.
 
 Every statecat process starts the server when it needs it and the server stops itself when no
-client has been connected for a while (see ``metastore``); this command shows it, starts or stops
+client has been connected for a while (see ``catalog.servers.metastore``); this command shows it, starts or stops
 it by hand, and prints the Spark conf directory that makes plain Spark programs join it.
 """
 

@@ -2,7 +2,7 @@
 
 Dashboards and BI tools connect with Hive's JDBC driver or an ODBC driver for Spark/Hive, e.g.
 ``beeline -u jdbc:hive2://127.0.0.1:10000/``; ``statecat sql`` on the same home uses the server too.
-See ``thrift_server``.
+See ``catalog.servers.thrift_server``.
 """
 
 from __future__ import annotations

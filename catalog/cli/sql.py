@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         attach_with_descriptors(spark, args.attach, args.descriptors)
     elif args.attach:
         attach(spark, args.attach)
-    # Errors Spark raises (a query it rejects, a damaged savepoint) print as one line: see cli.py.
+    # Errors Spark raises (a query it rejects, a damaged savepoint) print as one line: see cli/__init__.py.
     frame = sql(spark, args.query)
     columns = frame.columns
     rows = frame.limit(args.limit).collect() if args.limit is not None else frame.collect()

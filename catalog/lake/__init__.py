@@ -4,6 +4,7 @@
   (markers, retention, vacuum), with the deltalake package (no JVM);
 * ``tables``: the lake's layout, its Arrow schemas and how a lake is read back.
 
-May import: ``statemeta``, ``readers`` and ``catalog.render``. Not ``catalog.spark``,
-``catalog.servers`` or ``catalog.cli``.
+May import: ``statemeta``, ``readers``, ``catalog.render``, ``catalog.report``, ``catalog.spark``
+and ``catalog.servers`` (the rooms before it); the deltalake path needs none of the catalog's
+rooms, a Spark engine for the lake would find sessions in ``servers``. Not ``catalog.cli``.
 """

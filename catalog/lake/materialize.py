@@ -1,4 +1,4 @@
-"""Materializes savepoints and checkpoints into a lake of Delta tables (see lake_tables.py), exactly once.
+"""Materializes savepoints and checkpoints into a lake of Delta tables (see lake/tables.py), exactly once.
 
 Each snapshot gets an id derived from its ``_metadata`` (the first 16 hex digits of its SHA-256),
 so the same savepoint is recognised wherever it lies and however often it is given.

@@ -8,6 +8,6 @@
   catalog, attaching savepoints as they arrive; ``sql_client`` sends ``statecat sql`` to it;
 * ``local_ports``: free ports, listening sockets and process checks on loopback.
 
-May import: ``statemeta``, ``readers``, ``catalog.render`` and ``catalog.spark``. Not
-``catalog.lake`` or ``catalog.cli``.
+May import: ``statemeta``, ``readers``, ``catalog.render``, ``catalog.report`` and
+``catalog.spark``. Not ``catalog.lake`` or ``catalog.cli``.
 """

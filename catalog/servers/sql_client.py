@@ -121,7 +121,7 @@ def _execute(cursor: Cursor, statement: str) -> None:
 
 
 def server_error_message(exc: BaseException) -> str:
-    """The line of a server-side error a user acts on, as ``spark_errors`` picks it for a local query."""
+    """The line of a server-side error a user acts on, as ``catalog.spark.errors`` picks it for a local query."""
     from statecat.catalog.spark.errors import QUERY_ERROR_MARKER
 
     status = getattr(exc.args[0], "status", None) if exc.args else None
