@@ -1,7 +1,8 @@
 """The ``statecat`` command: this package holds the dispatcher and one module per command.
 
 Each command module (``inspect.py``, ``read.py``, ``spark_sql.py`` for ``spark-sql``, ...) has
-``add_parser(subparsers)`` and ``run(args) -> int``; ``COMMANDS`` lists them in help order. What
+``HELP`` (its line in ``statecat --help``), optionally ``DESCRIPTION``, ``add_arguments(parser)`` and
+``run(args) -> int``; ``COMMANDS`` lists them in help order. What
 several commands share lives in ``options.py`` (arguments) and ``output.py`` (tables, CSV, JSON).
 
 The CLI is the top of the house: it may import every other part of statecat (``statemeta``,
@@ -47,9 +48,9 @@ COMMANDS = [
 EXIT_USER_ERROR = 2
 
 
-def _command_modules() -> Iterator[ModuleType]:
+def _command_modules() -> Iterator[tuple[str, ModuleType]]:
     for name in COMMANDS:
-        yield importlib.import_module(f"statecat.catalog.cli.{name.replace('-', '_')}")
+        yield name, importlib.import_module(f"statecat.catalog.cli.{name.replace('-', '_')}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,8 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="statecat", description="Apache Flink savepoints as SQL databases, on Spark.")
     parser.add_argument("--version", action="version", version=f"statecat {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in _command_modules():
-        sub = module.add_parser(subparsers)
+    for name, module in _command_modules():
+        sub = subparsers.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", None))
+        module.add_arguments(sub)
         sub.add_argument(
             "--allow-root",
             action="append",

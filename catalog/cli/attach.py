@@ -7,9 +7,10 @@ import sys
 
 from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
 
+HELP = "register savepoints as Spark databases"
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("attach", help="register savepoints as Spark databases")
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "roots", nargs="+", metavar="ROOT", help="a savepoint directory, or a directory holding savepoints"
     )
@@ -28,7 +29,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     add_attach_descriptors_argument(parser)
     add_home_argument(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,17 +7,16 @@ import sys
 
 from statecat.catalog.cli.options import add_home_argument, cli_session
 
+HELP = "drop an attached savepoint's database and registry row"
+DESCRIPTION = (
+    "Drops the savepoint's database (its tables only refer to the savepoint) and removes its row "
+    "from statecat.savepoints. The savepoint's files are not touched. Running it again is a no-op."
+)
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "detach",
-        help="drop an attached savepoint's database and registry row",
-        description="Drops the savepoint's database (its tables only refer to the savepoint) and removes its row "
-        "from statecat.savepoints. The savepoint's files are not touched. Running it again is a no-op.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("target", metavar="DB|PATH", help="the savepoint's database, or the path it was attached from")
     add_home_argument(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

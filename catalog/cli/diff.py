@@ -23,13 +23,14 @@ SUMMARY_COLUMNS = ["operator", "state", "status", "added", "removed", "changed",
 TEXT_CELL_WIDTH = 80
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "diff",
-        help="keys added, removed and changed between two savepoints",
-        description="Compares savepoint A (old) with B (new) state by state; states are "
-        "matched by operator id/uid and state name, then by table name.",
-    )
+HELP = "keys added, removed and changed between two savepoints"
+DESCRIPTION = (
+    "Compares savepoint A (old) with B (new) state by state; states are "
+    "matched by operator id/uid and state name, then by table name."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("a", metavar="A", help="the old savepoint or checkpoint (directory holding _metadata, or URI)")
     parser.add_argument("b", metavar="B", help="the new one")
     parser.add_argument("--operator", action="append", metavar="ID|UID|NAME", help="only this operator (repeatable)")
@@ -48,7 +49,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="unpickle PyFlink pickled values (runs code from the savepoints: trusted ones only)",
     )
     add_descriptors_argument(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

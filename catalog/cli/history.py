@@ -22,16 +22,15 @@ COLUMNS = ["taken_at", "checkpoint_id", "snapshot", "operator", "state", "namesp
 ABSENT = "(key not present)"
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "history",
-        help="one key across every savepoint and checkpoint under a root",
-        description="The key view of K (see `statecat key`) in every savepoint and "
-        "retained checkpoint under ROOT, oldest first.",
-    )
+HELP = "one key across every savepoint and checkpoint under a root"
+DESCRIPTION = (
+    "The key view of K (see `statecat key`) in every savepoint and retained checkpoint under ROOT, oldest first."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", help="a directory (or URI) holding savepoints and checkpoints, or one of them")
     add_key_arguments(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

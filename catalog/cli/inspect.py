@@ -18,12 +18,12 @@ from statecat.statemeta.metadata import (
 from statecat.statemeta.model import StateMeta, load_state_meta
 from statecat.statemeta.naming import catalog_table_names
 
+HELP = "show the operators and states of a savepoint"
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("inspect", help="show the operators and states of a savepoint")
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,16 +19,15 @@ from statecat.readers import SavepointReader
 COLUMNS = ["operator", "state", "namespace", "value"]
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "key",
-        help="every state of every operator that holds one key",
-        description="Every keyed state (values and timers) of every operator that "
-        "holds key K, reading one key-group per state.",
-    )
+HELP = "every state of every operator that holds one key"
+DESCRIPTION = (
+    "Every keyed state (values and timers) of every operator that holds key K, reading one key-group per state."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="savepoint or checkpoint directory (holding _metadata), or its URI")
     add_key_arguments(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

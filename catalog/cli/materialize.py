@@ -14,15 +14,15 @@ import sys
 from statecat.catalog.lake.materialize import DEFAULT_VACUUM_HOURS, Materializer, Retention, Selection, SnapshotResult
 from statecat.statemeta.errors import StatecatError
 
+HELP = "write savepoints' state into Delta tables (history for dashboards)"
+DESCRIPTION = (
+    "Writes the state of every savepoint and checkpoint at or under the paths into Delta tables "
+    "under LAKE: one table per logical state (partitioned by snapshot), plus snapshots, "
+    "state_meta and state_stats. Snapshots already in the lake are skipped."
+)
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "materialize",
-        help="write savepoints' state into Delta tables (history for dashboards)",
-        description="Writes the state of every savepoint and checkpoint at or under the paths into Delta tables "
-        "under LAKE: one table per logical state (partitioned by snapshot), plus snapshots, "
-        "state_meta and state_stats. Snapshots already in the lake are skipped.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="ROOT|PATH", help="savepoint directories, or roots to search")
     parser.add_argument("--to", required=True, metavar="LAKE", help="lake directory or URI (s3://bucket/lake)")
     parser.add_argument(
@@ -52,7 +52,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--descriptors", metavar="FILE", help="descriptor file with the jobs' declared state types")
     parser.add_argument("--json", action="store_true", help="print one JSON object per snapshot")
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,9 +12,10 @@ import sys
 
 from statecat.catalog.cli.options import add_home_argument
 
+HELP = "show, start or stop the home's shared metastore server"
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("metastore", help="show, start or stop the home's shared metastore server")
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action",
         nargs="?",
@@ -24,7 +25,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "for SPARK_CONF_DIR=$(statecat metastore conf) spark-sql",
     )
     add_home_argument(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

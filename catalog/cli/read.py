@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from statecat.statemeta.model import StateInfo
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("read", help="print the rows of one state")
+HELP = "print the rows of one state"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
     parser.add_argument("--operator", help="operator id, uid or name (needed when the state name is not unique)")
     parser.add_argument("--state", required=True, help="state name as Flink wrote it")
@@ -32,7 +34,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--format", choices=("jsonl", "csv", "table"), default="jsonl")
     add_unpickle_argument(parser)
     add_descriptors_argument(parser)
-    return parser
 
 
 def warn_pickled(state: StateInfo, err: TextIO | None = None) -> None:

@@ -7,19 +7,18 @@ import sys
 
 from statecat.catalog.cli.options import add_home_argument, cli_session
 
+HELP = "point an attached savepoint's database at its new path"
+DESCRIPTION = (
+    "After a savepoint moved: updates its registry row, its database's statecat.savepoint property "
+    "and its tables, keeping the database name. NEW must hold the same savepoint (same _metadata). "
+    "`statecat attach NEW` does the same when the recorded path is gone."
+)
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "relocate",
-        help="point an attached savepoint's database at its new path",
-        description="After a savepoint moved: updates its registry row, its database's statecat.savepoint property "
-        "and its tables, keeping the database name. NEW must hold the same savepoint (same _metadata). "
-        "`statecat attach NEW` does the same when the recorded path is gone.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("old", metavar="OLD", help="the path the savepoint was attached from (or its database)")
     parser.add_argument("new", metavar="NEW", help="where the savepoint is now")
     add_home_argument(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,11 +10,10 @@ import sys
 from statecat.catalog.report.page import DEFAULT_MAX_STATES, DEFAULT_TOP_KEYS, report_html, write_page
 from statecat.statemeta.errors import StatecatError
 
+HELP = "write an HTML page with a savepoint's state sizes, skew and top keys"
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "report", help="write an HTML page with a savepoint's state sizes, skew and top keys"
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
     parser.add_argument("--html", required=True, metavar="OUT", help="the HTML file to write (replaced atomically)")
     parser.add_argument(
@@ -39,7 +38,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         metavar="N",
         help=f"keyed states shown in detail, largest first (default {DEFAULT_MAX_STATES})",
     )
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

@@ -175,12 +175,11 @@ def local_path(location: str) -> str:
     return location
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "savepoint",
-        help="trigger a savepoint through Flink's REST API and write its stateInfo",
-        description="Triggers a savepoint of a running job, waits for it, and writes its stateInfo.",
-    )
+HELP = "trigger a savepoint through Flink's REST API and write its stateInfo"
+DESCRIPTION = "Triggers a savepoint of a running job, waits for it, and writes its stateInfo."
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rest", required=True, metavar="URL", help="JobManager REST address, e.g. http://localhost:8081"
     )
@@ -206,7 +205,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--output", metavar="DIR", help="write DIR/stateInfo instead of into the savepoint")
     parser.add_argument("--descriptors", metavar="FILE", help="descriptor file with the job's declared state types")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,14 +13,14 @@ import logging
 from statecat.catalog.cli.options import add_home_argument
 from statecat.catalog.servers.thrift_server import AUTH_MODES, DEFAULT_BIND, DEFAULT_POLL_SECONDS, DEFAULT_PORT
 
+HELP = "serve the savepoint databases over JDBC/ODBC (Spark's Thrift server, HiveServer2)"
+DESCRIPTION = (
+    "Attaches the savepoints under the roots (and each new one once it is complete) and serves "
+    "the home's catalog over the HiveServer2 protocol until SIGTERM or Ctrl-C."
+)
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "serve",
-        help="serve the savepoint databases over JDBC/ODBC (Spark's Thrift server, HiveServer2)",
-        description="Attaches the savepoints under the roots (and each new one once it is complete) and serves "
-        "the home's catalog over the HiveServer2 protocol until SIGTERM or Ctrl-C.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "roots",
         nargs="*",
@@ -55,7 +55,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="a HiveServer2 setting, e.g. hive.server2.authentication.ldap.url=ldap://... (repeatable)",
     )
     add_home_argument(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

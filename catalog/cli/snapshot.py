@@ -12,14 +12,14 @@ import sys
 
 from statecat.statemeta.stateinfo import snapshot
 
+HELP = "write the stateInfo (savepoint metadata as JSON) of a savepoint"
+DESCRIPTION = (
+    "Writes stateInfo into the savepoint directory (or --output DIR): operators, states, "
+    "types and the handles index, so readers plan without parsing _metadata."
+)
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "snapshot",
-        help="write the stateInfo (savepoint metadata as JSON) of a savepoint",
-        description="Writes stateInfo into the savepoint directory (or --output DIR): operators, states, "
-        "types and the handles index, so readers plan without parsing _metadata.",
-    )
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="savepoint or retained checkpoint directory (holding _metadata), or its URI")
     parser.add_argument("--output", metavar="DIR", help="write DIR/stateInfo instead (for read-only savepoint storage)")
     parser.add_argument(
@@ -28,7 +28,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="descriptor file with the job's declared state types (PyFlink process mode)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

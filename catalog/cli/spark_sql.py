@@ -12,14 +12,14 @@ import os
 
 from statecat.catalog.cli.options import add_home_argument
 
+HELP = "Spark's SQL shell on the attached savepoints (shared catalog)"
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("spark-sql", help="Spark's SQL shell on the attached savepoints (shared catalog)")
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_home_argument(parser)
     # Parsed by cli.main: everything after statecat's own options (--home, --allow-root) goes to spark-sql.
     parser.set_defaults(passthrough=[])
     parser.usage = 'statecat spark-sql [--home DIR] [ARGS for spark-sql, e.g. -e "SELECT ..."]'
-    return parser
 
 
 def spark_sql_command(args: list[str]) -> list[str]:

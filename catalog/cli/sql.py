@@ -15,9 +15,10 @@ from statecat.catalog.cli.output import write_rows
 from statecat.catalog.render import json_value
 from statecat.statemeta.errors import LookupFailedError
 
+HELP = "run Spark SQL over the attached savepoints"
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser("sql", help="run Spark SQL over the attached savepoints")
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("query", help="Spark SQL; several statements separated by ';' print the last result")
     parser.add_argument(
         "--format",
@@ -35,7 +36,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument("--limit", type=int, default=None, help="print at most N rows")
     add_attach_descriptors_argument(parser)
     add_home_argument(parser)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:

@@ -56,13 +56,13 @@ def _ready_hooks(args: argparse.Namespace) -> Callable[[str], None] | None:
     return each
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
-        "watch",
-        help="write the stateInfo of every new savepoint and retained checkpoint under directories",
-        description="Polls the roots for savepoint-*/chk-N directories with a complete _metadata and writes "
-        "each one's stateInfo once.",
-    )
+HELP = "write the stateInfo of every new savepoint and retained checkpoint under directories"
+DESCRIPTION = (
+    "Polls the roots for savepoint-*/chk-N directories with a complete _metadata and writes each one's stateInfo once."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("roots", nargs="+", metavar="ROOT", help="directories (or URIs) to watch")
     parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL, help="seconds between polls (default 5)")
     parser.add_argument(
@@ -95,7 +95,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "exit status 1 when a savepoint was damaged or incomplete",
     )
     parser.add_argument("--max-polls", type=int, help=argparse.SUPPRESS)  # for tests: stop after N polls
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
