@@ -13,34 +13,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from statecat.readers import skew
 from statecat.statemeta.errors import StatecatError
-from statecat.statemeta.html import STYLE, block, escape, state_meta_html, table
+from statecat.statemeta.html import STYLE, escape, state_meta_html
 from statecat.statemeta.model import StateMeta, load_state_meta
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from typing import Protocol
-
     from matplotlib.figure import Figure
-
-    class _Registered(Protocol):
-        @property
-        def database(self) -> str: ...
-        @property
-        def path(self) -> str: ...
-
-    class _AttachResult(Protocol):
-        """What the page shows of an attach (``catalog.spark.databases.AttachResult``: spark is after report)."""
-
-        @property
-        def registered(self) -> Sequence[_Registered]: ...
-        @property
-        def known(self) -> Sequence[str]: ...
-        @property
-        def materialised(self) -> Sequence[str]: ...
-        @property
-        def failed(self) -> Sequence[tuple[str, str]]: ...
-        @property
-        def seconds(self) -> float: ...
 
 
 DEFAULT_TOP_KEYS = 10
@@ -177,34 +154,4 @@ def write_page(page: str, out: str) -> str:
     return out
 
 
-ATTACH_COLUMNS = ("database", "savepoint", "status", "error")
-
-
-def attach_rows(result: _AttachResult) -> list[tuple]:
-    """One row per savepoint an attach saw: newly registered, already known, materialised, failed."""
-    materialised = set(result.materialised)
-    rows = [
-        (r.database, r.path, "registered, materialised" if r.database in materialised else "registered", "")
-        for r in result.registered
-    ]
-    registered = {r.database for r in result.registered}
-    rows += [(name, "", "known, materialised" if name in materialised else "known", "") for name in result.known]
-    rows += [
-        (name, "", "materialised", "")
-        for name in result.materialised
-        if name not in registered and name not in result.known
-    ]
-    rows += [("", path, "failed", error) for path, error in result.failed]
-    return rows
-
-
-def attach_result_html(result: _AttachResult) -> str:
-    summary = (
-        f"<div><b>attach</b>: {len(result.registered)} registered, {len(result.known)} already known, "
-        f"{len(result.materialised)} materialised, {len(result.failed)} failed "
-        f'<span class="note">in {result.seconds:.1f} s</span></div>'
-    )
-    return block(summary + table(ATTACH_COLUMNS, attach_rows(result)))
-
-
-__all__ = ["attach_result_html", "attach_rows", "report_html", "write_page", "write_report"]
+__all__ = ["report_html", "write_page", "write_report"]

@@ -11,7 +11,6 @@ What lives here, by job:
   ``statecat.operators``) and ``sql_forms`` (``statecat.key_view``, ``statecat.diff``);
 * ``queries``: SQL over attached savepoints, creating the databases a query names first.
 
-May import: ``statemeta``, ``readers``, ``catalog.render`` and ``catalog.report`` (an attach
-result's rich display). Not ``catalog.servers``, ``catalog.lake`` or ``catalog.cli``: those build
+May import: ``statemeta``, ``readers``, ``catalog.render`` and ``catalog.report``. Not ``catalog.servers``, ``catalog.lake`` or ``catalog.cli``: those build
 on this package. Importing it imports no Spark; its modules import pyspark where they need it.
 """

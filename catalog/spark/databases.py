@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     import pandas as pd
     from pyspark.sql import SparkSession
 
+ATTACH_COLUMNS = ("database", "savepoint", "status", "error")
 EAGER_LIMIT = 20  # about 1-2 s per savepoint on Derby; beyond this attach only registers
 
 log = logging.getLogger("statecat.catalog")
@@ -55,18 +56,38 @@ class AttachResult:
     failed: list[tuple[str, str]]  # (savepoint path, error) of savepoints that could not be attached
     seconds: float = 0.0
 
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """One row per savepoint this attach saw (``ATTACH_COLUMNS``): newly registered, already known,
+        materialised, failed."""
+        materialised = set(self.materialised)
+        rows = [
+            (r.database, r.path, "registered, materialised" if r.database in materialised else "registered", "")
+            for r in self.registered
+        ]
+        registered = {r.database for r in self.registered}
+        rows += [(name, "", "known, materialised" if name in materialised else "known", "") for name in self.known]
+        rows += [
+            (name, "", "materialised", "")
+            for name in self.materialised
+            if name not in registered and name not in self.known
+        ]
+        rows += [("", path, "failed", error) for path, error in self.failed]
+        return rows
+
     def to_pandas(self) -> pd.DataFrame:
-        """One row per savepoint this attach saw: database, savepoint, status, error."""
         import pandas as pd
 
-        from statecat.catalog.report.page import ATTACH_COLUMNS, attach_rows
+        return pd.DataFrame(self.rows(), columns=list(ATTACH_COLUMNS))
 
-        return pd.DataFrame(attach_rows(self), columns=list(ATTACH_COLUMNS))
+    def _repr_html_(self) -> str:  # notebooks' rich display, as StateMeta's (statemeta.html)
+        from statecat.statemeta.html import block, table
 
-    def _repr_html_(self) -> str:  # notebooks' rich display
-        from statecat.catalog.report.page import attach_result_html
-
-        return attach_result_html(self)
+        summary = (
+            f"<div><b>attach</b>: {len(self.registered)} registered, {len(self.known)} already known, "
+            f"{len(self.materialised)} materialised, {len(self.failed)} failed "
+            f'<span class="note">in {self.seconds:.1f} s</span></div>'
+        )
+        return block(summary + table(ATTACH_COLUMNS, self.rows()))
 
 
 def attach(
