@@ -44,7 +44,6 @@ from statecat.statemeta.model import (
     StateMeta,
     load_state_meta,
 )
-from statecat.statemeta.types import TypeDescriptor
 
 if TYPE_CHECKING:
     from statecat.statemeta.descriptors import DescriptorSource
@@ -97,7 +96,7 @@ class SavepointReader:
 
     def key_groups_for_keys(self, state: str, keys: Sequence, operator: str | None = None) -> set[int]:
         op, info = self.find(state, operator)
-        return {key_group_for(k, cast(TypeDescriptor, info.key), op.max_parallelism) for k in keys}  # keyed
+        return {key_group_for(k, info.key_type, op.max_parallelism) for k in keys}  # keyed
 
     def batches(
         self,
@@ -119,9 +118,9 @@ class SavepointReader:
                 cast("list[OperatorLocation]", locations), batch_rows=batch_rows
             )
             return
-        # Casts below: a keyed state's key type, scanner and locations.
+        # Casts below: a keyed state's scanner and locations.
         if keys is not None:
-            wanted = {key_group_for(k, cast(TypeDescriptor, info.key), op.max_parallelism) for k in keys}
+            wanted = {key_group_for(k, info.key_type, op.max_parallelism) for k in keys}
             key_groups = wanted if key_groups is None else key_groups & wanted
         if key_groups is not None:
             locations = [

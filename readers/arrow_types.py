@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import cast
-
 import pyarrow as pa
 
 from statecat.statemeta.model import StateInfo
@@ -98,7 +96,7 @@ def state_schema(state: StateInfo) -> pa.Schema:
     if state.is_keyed:
         return pa.schema(
             [
-                pa.field("key", arrow_type(key_column_type(cast(TypeDescriptor, state.key)))),  # keyed: has one
+                pa.field("key", arrow_type(key_column_type(state.key_type))),  # keyed: has one
                 pa.field("namespace", arrow_type(state.namespace) if state.namespace is not None else pa.string()),
                 pa.field("value", arrow_type(state.value)),
             ]

@@ -25,7 +25,7 @@ from statecat.readers.arrow_types import state_schema
 from statecat.readers.keyview import decode_key_group, select_states
 from statecat.readers.scan import KeyedStateScanner, scanner_for
 from statecat.statemeta.errors import StatecatError, UnsupportedError
-from statecat.statemeta.model import KeyedLocation, OperatorMeta, StateInfo, StateMeta, load_state_meta
+from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
 from statecat.statemeta.naming import stable_state_names
 from statecat.statemeta.types import TypeDescriptor
 
@@ -343,7 +343,7 @@ def _key_groups(
     key-group gives the order whatever the job's parallelism."""
     # A keyed state's scanner and locations.
     scanner = cast(KeyedStateScanner, scanner_for(meta, op, state, unpickle=unpickle))
-    for location in sorted(cast("tuple[KeyedLocation, ...]", state.locations), key=lambda loc: loc.start_key_group):
+    for location in sorted(state.keyed_locations, key=lambda loc: loc.start_key_group):
         for key_group, data, file, base in scanner._key_groups(location, None):
             rows = decode_key_group(scanner, location, key_group, data, file, base).to_pylist()
             if rows:

@@ -23,7 +23,7 @@ snappy chunks to the next stream identifier (compressed).
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from statecat.readers.decoders import TIMER_TIMESTAMP_FLIP, DecodeError, build_decoder, build_key_decoder
 from statecat.readers.scan import DECODE_FAILURES, _hashable, decompress_snappy_framed
@@ -62,12 +62,7 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool) -> De
                 f"the {what} of state {state.name!r} cannot be decoded ({reasons}), and heap "
                 f"checkpoint entries are not length-framed"
             )
-    # Casts: the loop above raised if the key had no type.
-    key = (
-        build_key_decoder(cast(TypeDescriptor, state.key))
-        if output_keys
-        else build_decoder(cast(TypeDescriptor, state.key))
-    )
+    key = build_key_decoder(state.key_type) if output_keys else build_decoder(state.key_type)
     namespace = build_decoder(namespace_desc, unpickle=unpickle)
     if state.kind == "timer":
         if state.value.kind == "raw":

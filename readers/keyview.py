@@ -316,7 +316,7 @@ def key_view(
         view.states_read += 1
         # A keyed state's locations are keyed ones.
         location = next(
-            (loc for loc in cast("tuple[KeyedLocation, ...]", state.locations) if loc.holds_key_group(key_group)),
+            (loc for loc in state.keyed_locations if loc.holds_key_group(key_group)),
             None,
         )
         if location is None or (

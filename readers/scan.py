@@ -184,16 +184,14 @@ class KeyedStateScanner:
         self.prefix = operator.key_group_prefix_bytes
         self.state_counts = _keyed_state_counts(operator)
         # A keyed state has a key type (casts below: StateInfo.key is None for operator states only).
-        self.key_raw = cast(TypeDescriptor, state.key).kind == "raw"
-        self.key_decoder = None if self.key_raw else build_key_decoder(cast(TypeDescriptor, state.key))
+        self.key_raw = state.key_type.kind == "raw"
+        self.key_decoder = None if self.key_raw else build_key_decoder(state.key_type)
         namespace = state.namespace or TypeDescriptor.of("void_namespace")
         self.namespace_raw = namespace.kind == "raw"
         self.namespace_decoder = None if self.namespace_raw else build_decoder(namespace, unpickle=unpickle)
         self.namespace_length = namespace.fixed_length
         self.ambiguous = (
-            state.kind == "keyed"
-            and cast(TypeDescriptor, state.key).fixed_length is None
-            and namespace.fixed_length is None
+            state.kind == "keyed" and state.key_type.fixed_length is None and namespace.fixed_length is None
         )
         self.stats = ReadStats()
         value = state.value
@@ -213,7 +211,7 @@ class KeyedStateScanner:
             self.value_decoder = self._decoder_or_none(value, unpickle)
         self.unpickle = unpickle
         self.heap: HeapKeyGroupDecoder | None = None
-        if any(loc.layout == HEAP_CHECKPOINT_LAYOUT for loc in cast("tuple[KeyedLocation, ...]", state.locations)):
+        if any(loc.layout == HEAP_CHECKPOINT_LAYOUT for loc in state.keyed_locations):
             # Heap checkpoint entries are unframed: decoded record by record, every part typed.
             self.heap = self._heap_decoder()
             self.fast = None
@@ -249,7 +247,7 @@ class KeyedStateScanner:
         with unambiguous keys."""
         if self.value_kind == "element" or self.ambiguous or self.key_raw or self.namespace_raw:
             return None
-        key, ns = plan_column(cast(TypeDescriptor, self.state.key), key=True), plan_column(namespace)
+        key, ns = plan_column(self.state.key_type, key=True), plan_column(namespace)
         if key is None or ns is None:
             return None
         value = self.state.value
@@ -281,7 +279,7 @@ class KeyedStateScanner:
         keys: Sequence[Any] | None = None,
     ) -> Iterator[pa.RecordBatch]:
         # A keyed state's locations are keyed ones.
-        locations = cast("tuple[KeyedLocation, ...]", self.state.locations) if locations is None else locations
+        locations = self.state.keyed_locations if locations is None else locations
         if self.fast is not None and (keys is None or self._filterable_keys()):
             batches = self._fast_batches(locations, key_groups, batch_rows, keys)
             if keys is None:
@@ -441,8 +439,8 @@ class KeyedStateScanner:
         if keys is not None and self.state.kind == "keyed" and not self.key_raw:
             seeks = {}
             for key in keys:  # casts: a keyed state has a key type
-                group = key_group_for(key, cast(TypeDescriptor, self.state.key), self.operator.max_parallelism)
-                seeks.setdefault(group, []).append(serialized_key(key, cast(TypeDescriptor, self.state.key)))
+                group = key_group_for(key, self.state.key_type, self.operator.max_parallelism)
+                seeks.setdefault(group, []).append(serialized_key(key, self.state.key_type))
         # The native layout's locations carry their RocksDB instance.
         instance = NativeInstance(self.meta.storage, cast("NativeRocksDBHandle", location.native))
         try:
@@ -721,7 +719,7 @@ class OperatorStateScanner:
         values: list = []
         subtasks: list = []
         # An operator state's locations are operator ones.
-        for location in cast("tuple[OperatorLocation, ...]", self.state.locations) if locations is None else locations:
+        for location in self.state.operator_locations if locations is None else locations:
             for value in self._elements(location):
                 values.append(value)
                 subtasks.append(location.subtask)
@@ -827,7 +825,7 @@ class OperatorKeyedScan:
     def _one_pass(self, scanner: KeyedStateScanner) -> bool:
         return scanner.heap is None and all(
             loc.layout not in (HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
-            for loc in cast("tuple[KeyedLocation, ...]", scanner.state.locations)  # a keyed state's
+            for loc in scanner.state.keyed_locations  # a keyed state's
         )
 
     def batches(
@@ -837,7 +835,7 @@ class OperatorKeyedScan:
         # Streams in the order of the first state's locations: each state's rows keep its own order.
         streams: dict[tuple, dict[int, KeyedLocation]] = {}
         for index, scanner in enumerate(shared):
-            for loc in cast("tuple[KeyedLocation, ...]", scanner.state.locations):  # a keyed state's
+            for loc in scanner.state.keyed_locations:  # a keyed state's
                 if subtasks is None or loc.subtask in subtasks:
                     streams.setdefault((loc.subtask, loc.stream), {})[index] = loc
         rows = [0] * len(shared)
@@ -869,7 +867,7 @@ class OperatorKeyedScan:
             if scanner not in shared:
                 locations = [
                     loc
-                    for loc in cast("tuple[KeyedLocation, ...]", scanner.state.locations)  # a keyed state's
+                    for loc in scanner.state.keyed_locations  # a keyed state's
                     if subtasks is None or loc.subtask in subtasks
                 ]
                 for batch in scanner.batches(locations, key_groups=key_groups, batch_rows=batch_rows):
@@ -972,7 +970,7 @@ def _keyed_state_counts(operator: OperatorMeta) -> dict[tuple, int]:
     counts: dict[tuple, int] = {}
     for state in operator.states:
         if state.is_keyed:
-            for location in cast("tuple[KeyedLocation, ...]", state.locations):
+            for location in state.keyed_locations:
                 where = (location.subtask, location.stream)
                 counts[where] = max(counts.get(where, 0), location.state_id + 1)
     return counts

@@ -142,7 +142,7 @@ def _keyed_state(meta: StateMeta, state: str, operator: str | None) -> tuple[Ope
 
 def _subtask_of(op: OperatorMeta, info: StateInfo) -> dict[int, int]:
     owner = {}
-    for location in cast("tuple[KeyedLocation, ...]", info.locations):  # a keyed state's
+    for location in info.keyed_locations:  # a keyed state's
         for i in range(location.num_key_groups):
             owner[location.start_key_group + i] = location.subtask
     return owner
@@ -233,7 +233,7 @@ def rescale_preview(groups: SizeTable, parallelism: int) -> SizeTable:
 def _key_groups(
     scanner: KeyedStateScanner, info: StateInfo
 ) -> Iterator[tuple[KeyedLocation, int, bytes | memoryview, str, int]]:
-    for location in cast("tuple[KeyedLocation, ...]", info.locations):  # a keyed state's
+    for location in info.keyed_locations:  # a keyed state's
         for key_group, data, file, base in scanner._key_groups(location, None):
             yield location, key_group, data, file, base
 

@@ -119,6 +119,24 @@ class StateInfo:
     def is_keyed(self) -> bool:
         return self.kind in ("keyed", "timer")
 
+    # Typed views for code that knows the kind of state it holds: a keyed or timer state always has
+    # a key type and only keyed locations, an operator state only operator locations (the model is
+    # built so). They check nothing: they say once what every such reader would otherwise cast.
+    @property
+    def key_type(self) -> TypeDescriptor:
+        """A keyed or timer state's key type."""
+        return cast(TypeDescriptor, self.key)
+
+    @property
+    def keyed_locations(self) -> tuple[KeyedLocation, ...]:
+        """A keyed or timer state's locations."""
+        return cast("tuple[KeyedLocation, ...]", self.locations)
+
+    @property
+    def operator_locations(self) -> tuple[OperatorLocation, ...]:
+        """An operator (list, union, broadcast) state's locations."""
+        return cast("tuple[OperatorLocation, ...]", self.locations)
+
     def _repr_html_(self) -> str:  # notebooks' rich display
         from statecat.statemeta.html import state_html
 

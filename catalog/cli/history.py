@@ -69,26 +69,15 @@ def run(args: argparse.Namespace) -> int:
                 sys.stderr.write(f"statecat: could not read {entry.path}: {entry.error}\n")
             else:
                 rows.append(head + ["", "", "", f"(not read: {entry.error})"])
-        # A snapshot read without an error has its key view.
-        elif not cast("KeyView", entry.view).rows:
+            continue
+        view = cast("KeyView", entry.view)  # a snapshot read without an error has its key view
+        if not view.rows:
             if args.format == "table":
-                reasons = sorted({s.reason for s in cast("KeyView", entry.view).skipped if s.coercion})
-                rows.append(
-                    head
-                    + [
-                        "",
-                        "",
-                        "",
-                        ABSENT
-                        if cast("KeyView", entry.view).coercible
-                        else f"(the key fits no state here: {'; '.join(reasons)})",
-                    ]
-                )
+                reasons = sorted({s.reason for s in view.skipped if s.coercion})
+                absent = ABSENT if view.coercible else f"(the key fits no state here: {'; '.join(reasons)})"
+                rows.append(head + ["", "", "", absent])
         else:
-            rows += [
-                head + [cell(v) for v in (r.operator, r.state, r.namespace, r.value)]
-                for r in cast("KeyView", entry.view).rows
-            ]
+            rows += [head + [cell(v) for v in (r.operator, r.state, r.namespace, r.value)] for r in view.rows]
     if args.format == "csv":
         writer = csv.writer(out)
         writer.writerow(COLUMNS)

@@ -7,7 +7,7 @@ import csv
 import json
 import sys
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO
 
 from statecat.catalog.cli.options import add_descriptors_argument, add_unpickle_argument, descriptors_of
 from statecat.catalog.cli.output import cell, write_table
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     if args.key and not state.is_keyed:
         raise LookupFailedError(f"--key applies to keyed states; {state.name!r} is a {state.kind} state")
     # Keys were refused above for a state that is not keyed: a keyed state has its key type.
-    keys = [parse_key(k, cast(TypeDescriptor, state.key)) for k in args.key] if args.key else None
+    keys = [parse_key(k, state.key_type) for k in args.key] if args.key else None
     columns = reader.schema(state.name, operator.id).names
     rows = _limited(reader.batches(state.name, operator.id, keys=keys), args.limit)
     out = sys.stdout

@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
     from statecat.readers import Partition
     from statecat.statemeta.model import KeyedLocation, OperatorMeta, StateInfo, StateMeta
-    from statecat.statemeta.types import TypeDescriptor
 
 # Bytes of state data per Spark partition: a subtask's key-group range is split at key-group
 # boundaries into runs of about equal bytes once it holds more, so a large state spreads over
@@ -320,7 +319,7 @@ class FlinkStateReader(DataSourceReader):
         kinds = {state.name: state.kind for state in states}
         locations: dict[int, KeyedLocation] = {}  # subtask -> a location of its keyed stream
         for state in states:
-            for location in cast("tuple[KeyedLocation, ...]", state.locations):  # keyed states only
+            for location in state.keyed_locations:  # keyed states only
                 locations.setdefault(location.subtask, location)
         parts = []
         for subtask, location in sorted(locations.items()):
@@ -338,9 +337,7 @@ class FlinkStateReader(DataSourceReader):
         key_groups = keys = None
         if self.keys is not None and state.is_keyed:
             try:
-                key_groups = {
-                    key_group_for(k, cast("TypeDescriptor", state.key), op.max_parallelism) for k in self.keys
-                }
+                key_groups = {key_group_for(k, state.key_type, op.max_parallelism) for k in self.keys}
                 keys = tuple(sorted(self.keys, key=repr))
             except (StatecatError, TypeError, ValueError, KeyError):
                 key_groups = None  # keys of a type statecat cannot hash: read everything, Spark filters
@@ -349,8 +346,8 @@ class FlinkStateReader(DataSourceReader):
             if not state.is_keyed:
                 out.append(StatePartition(part, state.kind))
                 continue
-            location = next(loc for loc in state.locations if loc.subtask == part.subtask)
-            chunks = balanced_key_groups(cast("KeyedLocation", location), part.key_groups, PARTITION_BYTES)
+            location = next(loc for loc in state.keyed_locations if loc.subtask == part.subtask)
+            chunks = balanced_key_groups(location, part.key_groups, PARTITION_BYTES)
             if len(chunks) == 1 and part.key_groups is None:
                 out.append(StatePartition(part, state.kind, keys))
                 continue

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from statecat.readers.diff import Change, SavepointDiff, StateDiff
     from statecat.readers.scan import KeyedStateScanner
-    from statecat.statemeta.model import KeyedLocation, OperatorMeta, StateInfo, StateMeta
+    from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta
 
     _Side = tuple[OperatorMeta, StateInfo]
 
@@ -269,8 +269,8 @@ def key_group_ranges(state_a: StateInfo, state_b: StateInfo, target_bytes: int) 
     from statecat.catalog.spark.source import key_group_bytes
 
     sizes: dict[int, int] = {}
-    for location in tuple(state_a.locations) + tuple(state_b.locations):
-        for group, size in key_group_bytes(cast("KeyedLocation", location)).items():  # keyed states
+    for location in state_a.keyed_locations + state_b.keyed_locations:
+        for group, size in key_group_bytes(location).items():
             sizes[group] = sizes.get(group, 0) + size
     ranges: list[tuple[int, int]] = []
     first = last = None
@@ -429,7 +429,7 @@ def _key_groups_in(
 
     first, last = key_groups
     scanner = cast("KeyedStateScanner", scanner_for(meta, op, state))  # a keyed state's
-    for location in sorted(cast("tuple[KeyedLocation, ...]", state.locations), key=lambda loc: loc.start_key_group):
+    for location in sorted(state.keyed_locations, key=lambda loc: loc.start_key_group):
         start = location.start_key_group
         wanted = set(range(max(first, start), min(last, start + location.num_key_groups - 1) + 1))
         if not wanted:

@@ -264,7 +264,8 @@ class _Resolver:
         for key, neg_seq, vtype, value in rows:
             if key != current:
                 if operands:
-                    yield cast(bytes, current), merge(None, operands[::-1])  # operands pending: current is a key
+                    # Operands pending: current is a key (per key, so no cast() call).
+                    yield current, merge(None, operands[::-1])  # type: ignore[misc]
                     operands = []
                 current = key
                 settled = False
