@@ -137,24 +137,7 @@ class SavepointDiff:
         side_a = _key_groups(self.a, op_a, state_a, self.unpickle)
         side_b = _key_groups(self.b, op_b, state_b, self.unpickle)
         timers = entry.kind == "timer"
-        next_a, next_b = next(side_a, None), next(side_b, None)
-        while next_a is not None or next_b is not None:
-            group_a = next_a[0] if next_a is not None else None
-            group_b = next_b[0] if next_b is not None else None
-            # Casts: a side whose key-group is not None has its next item.
-            if group_b is None or (group_a is not None and group_a < group_b):
-                group, rows_a, rows_b = group_a, cast("tuple[int, list]", next_a)[1], []
-                next_a = next(side_a, None)
-            elif group_a is None or group_b < group_a:
-                group, rows_a, rows_b = group_b, [], cast("tuple[int, list]", next_b)[1]
-                next_b = next(side_b, None)
-            else:
-                group, rows_a, rows_b = (
-                    group_a,
-                    cast("tuple[int, list]", next_a)[1],
-                    cast("tuple[int, list]", next_b)[1],
-                )
-                next_a, next_b = next(side_a, None), next(side_b, None)
+        for group, rows_a, rows_b in merge_key_groups(side_a, side_b):
             yield from self._compare(entry, group, rows_a, rows_b, timers)
 
     def _compare(
@@ -334,6 +317,25 @@ def _described(desc: TypeDescriptor | None) -> str:
     return desc.describe() if desc is not None else "-"
 
 
+def merge_key_groups(
+    side_a: Iterator[tuple[int, list[dict[str, Any]]]], side_b: Iterator[tuple[int, list[dict[str, Any]]]]
+) -> Iterator[tuple[int, list[dict[str, Any]], list[dict[str, Any]]]]:
+    """Two sides' (key-group, rows), each in ascending key-group order, merged into (key-group, rows
+    of A, rows of B), with [] for a side that has nothing in that key-group. One key-group of each
+    side is in memory at a time."""
+    next_a, next_b = next(side_a, None), next(side_b, None)
+    while next_a is not None or next_b is not None:
+        if next_a is not None and next_b is not None and next_a[0] == next_b[0]:
+            yield next_a[0], next_a[1], next_b[1]
+            next_a, next_b = next(side_a, None), next(side_b, None)
+        elif next_a is not None and (next_b is None or next_a[0] < next_b[0]):
+            yield next_a[0], next_a[1], []
+            next_a = next(side_a, None)
+        elif next_b is not None:  # always, here: A is done or ahead
+            yield next_b[0], [], next_b[1]
+            next_b = next(side_b, None)
+
+
 def _key_groups(
     meta: StateMeta, op: OperatorMeta, state: StateInfo, unpickle: bool
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
@@ -381,4 +383,4 @@ def comparable(value: Any) -> Any:
     return value
 
 
-__all__ = ["SavepointDiff", "StateDiff", "Change", "diff_savepoints", "comparable", "incomparable"]
+__all__ = ["SavepointDiff", "StateDiff", "Change", "diff_savepoints", "merge_key_groups", "comparable", "incomparable"]

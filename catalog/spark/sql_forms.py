@@ -401,22 +401,13 @@ def _side(meta: StateMeta, side: tuple[str, str]) -> tuple[OperatorMeta, StateIn
 def _keyed_changes(diff: SavepointDiff, entry: StateDiff, key_groups: tuple[int, int]) -> Iterator[Change]:
     """``SavepointDiff._keyed_changes`` over one range of key-groups: the two sides merged key-group by
     key-group, one key-group of each in memory."""
+    from statecat.readers.diff import merge_key_groups
+
     (op_a, state_a), (op_b, state_b) = cast("tuple[_Side, _Side]", (entry.a, entry.b))  # a compared state
     side_a = _key_groups_in(diff.a, op_a, state_a, key_groups)
     side_b = _key_groups_in(diff.b, op_b, state_b, key_groups)
     timers = entry.kind == "timer"
-    next_a, next_b = next(side_a, None), next(side_b, None)
-    while next_a is not None or next_b is not None:
-        if next_b is None or (next_a is not None and next_a[0] < next_b[0]):
-            # next_b is None: the loop runs while either side has a key-group, so next_a has one.
-            group, rows_a, rows_b = next_a[0], next_a[1], []  # type: ignore[index]
-            next_a = next(side_a, None)
-        elif next_a is None or next_b[0] < next_a[0]:
-            group, rows_a, rows_b = next_b[0], [], next_b[1]
-            next_b = next(side_b, None)
-        else:
-            group, rows_a, rows_b = next_a[0], next_a[1], next_b[1]
-            next_a, next_b = next(side_a, None), next(side_b, None)
+    for group, rows_a, rows_b in merge_key_groups(side_a, side_b):
         yield from diff._compare(entry, group, rows_a, rows_b, timers)
 
 
