@@ -273,18 +273,18 @@ def key_group_ranges(state_a: StateInfo, state_b: StateInfo, target_bytes: int) 
         for group, size in key_group_bytes(location).items():
             sizes[group] = sizes.get(group, 0) + size
     ranges: list[tuple[int, int]] = []
-    first = last = None
-    total = 0
+    first: int | None = None
+    last = total = 0  # last is set whenever first is
     for group in sorted(sizes):
         if first is not None and total + sizes[group] > target_bytes:
-            ranges.append((first, cast(int, last)))  # last is set whenever first is
+            ranges.append((first, last))
             first, total = None, 0
         if first is None:
             first = group
         last = group
         total += sizes[group]
     if first is not None:
-        ranges.append((first, cast(int, last)))
+        ranges.append((first, last))
     return ranges
 
 

@@ -14,7 +14,7 @@ import bz2
 import struct
 import zlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 import cramjam
 import numba
@@ -535,6 +535,10 @@ class DecodedBlock:
     def value_list(self) -> list[bytes]:
         raw = self.data.tobytes()
         return [raw[s : s + n] for s, n in zip(self.value_start.tolist(), self.value_len.tolist())]
+
+    def handles(self, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        """Offsets and sizes of entries [first, stop) of an index block (which always has its handles)."""
+        return cast(np.ndarray, self.handle_offset)[first:stop], cast(np.ndarray, self.handle_size)[first:stop]
 
 
 def restart_layout(data: bytes, display: str, offset: int) -> tuple[int, int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import struct
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -255,14 +255,8 @@ class SstFile:
     def _index_entries(self, block: DecodedBlock, lower: bytes | None, upper: bytes | None) -> list[BlockHandle]:
         """The handles of ``block``'s entries whose key range can meet [lower, upper)."""
         first, stop = self._index_range(block, lower, upper)
-        # index blocks always have their handles (_decode_index)
-        return [
-            BlockHandle(offset, size)
-            for offset, size in zip(
-                cast(np.ndarray, block.handle_offset)[first:stop].tolist(),
-                cast(np.ndarray, block.handle_size)[first:stop].tolist(),
-            )
-        ]
+        offsets, sizes = block.handles(first, stop)
+        return [BlockHandle(offset, size) for offset, size in zip(offsets.tolist(), sizes.tolist())]
 
     def _top(self) -> DecodedBlock:
         if self._top_index is None:
@@ -293,18 +287,15 @@ class SstFile:
         """``data_block_handles`` as arrays of offsets and sizes (no object per block)."""
         top = self._top()
         first, stop = self._index_range(top, lower, upper)
-        # index blocks always have their handles (_decode_index)
+        top_offsets, top_sizes = top.handles(first, stop)
         if self.index_type != INDEX_TWO_LEVEL:
-            return cast(np.ndarray, top.handle_offset)[first:stop], cast(np.ndarray, top.handle_size)[first:stop]
+            return top_offsets, top_sizes
         offsets, sizes = [], []
-        for offset, size in zip(
-            cast(np.ndarray, top.handle_offset)[first:stop].tolist(),
-            cast(np.ndarray, top.handle_size)[first:stop].tolist(),
-        ):
+        for offset, size in zip(top_offsets.tolist(), top_sizes.tolist()):
             block = self._partition(BlockHandle(offset, size))
-            a, b = self._index_range(block, lower, upper)
-            offsets.append(cast(np.ndarray, block.handle_offset)[a:b])
-            sizes.append(cast(np.ndarray, block.handle_size)[a:b])
+            block_offsets, block_sizes = block.handles(*self._index_range(block, lower, upper))
+            offsets.append(block_offsets)
+            sizes.append(block_sizes)
         if not offsets:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         return np.concatenate(offsets), np.concatenate(sizes)
