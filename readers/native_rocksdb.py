@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import functools
 import io
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from statecat.readers.framing import frame_runs
 from statecat.readers.native_merge import MERGE_UNSUPPORTED_TYPE, MergeFailure, Runs
 from statecat.readers.sst import ColumnFamilyView, SstFile
 from statecat.readers.sst.format import RANGE_DEL_BLOCK
@@ -32,10 +32,6 @@ if TYPE_CHECKING:
 
     from statecat.statemeta.storage import StateFile
 
-# The canonical key-group framing of readers/scan.py: a state run ends with its last key's first
-# byte flagged and the 0xFFFF end marker.
-META_DATA_FOLLOWS_FLAG = 0x80
-END_OF_KEY_GROUP = 0xFFFF
 # Small SSTs (inline handles inside _metadata) are read into memory whole; larger ones are read
 # through the file, block by block.
 INLINE_READ_LIMIT = 1 << 20
@@ -309,14 +305,7 @@ class NativeKeyGroup(bytes):
 
 def frame_key_group(state_id: int, entries: list[tuple[bytes, bytes]]) -> bytes:
     """One state's entries of a key-group in the canonical framing (docs: key-group data, framing)."""
-    out = [struct.pack(">H", state_id)]
-    last = len(entries) - 1
-    for i, (key, value) in enumerate(entries):
-        if i == last:
-            key = bytes((key[0] | META_DATA_FOLLOWS_FLAG,)) + key[1:]
-        out += (struct.pack(">i", len(key)), key, struct.pack(">i", len(value)), value)
-    out.append(struct.pack(">H", END_OF_KEY_GROUP))
-    return b"".join(out)
+    return frame_runs([(state_id, entries)])
 
 
 __all__ = ["NativeInstance", "framed_key_groups", "key_group_prefix", "StatecatError"]

@@ -11,7 +11,7 @@ import io
 import struct
 from typing import TYPE_CHECKING, BinaryIO
 
-from statecat.statemeta.errors import FormatError
+from statecat.statemeta.errors import FormatError, UnsupportedError
 
 if TYPE_CHECKING:
     from statecat.statemeta.storage import StateFile
@@ -160,3 +160,63 @@ def decode_modified_utf8(raw: bytes, file: str, offset: int) -> str:
         raise FormatError(
             f"expected a modified UTF-8 string, got undecodable bytes {raw[:32]!r}", file=file, offset=offset
         ) from exc
+
+
+def encode_modified_utf8(text: str) -> bytes:
+    """The inverse of ``decode_modified_utf8``: NUL as C0 80, supplementary characters as two
+    three-byte surrogates (what Java's ``writeUTF`` and Flink's StringValue writers produce)."""
+    raw = text.encode("utf-8")
+    if b"\x00" not in raw and all(ord(c) < 0x10000 for c in text):
+        return raw
+    units = text.encode("utf-16-be", "surrogatepass")
+    pieces = [chr(int.from_bytes(units[i : i + 2], "big")) for i in range(0, len(units), 2)]
+    return "".join(pieces).encode("utf-8", "surrogatepass").replace(b"\x00", b"\xc0\x80")
+
+
+# Java's writeUTF prefixes the byte length as an unsigned 16-bit number.
+MAX_UTF_BYTES = 0xFFFF
+
+
+class DataOutput:
+    """Writes Java DataOutput encodings into a growing buffer: the inverse of ``DataInput``."""
+
+    __slots__ = ("buffer",)
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def getvalue(self) -> bytes:
+        return bytes(self.buffer)
+
+    def __len__(self) -> int:
+        return len(self.buffer)
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.buffer += data
+
+    def write_u8(self, value: int) -> None:
+        self.buffer += _U8.pack(value)
+
+    def write_bool(self, value: bool) -> None:
+        self.buffer += _U8.pack(1 if value else 0)
+
+    def write_i16(self, value: int) -> None:
+        self.buffer += _I16.pack(value)
+
+    def write_u16(self, value: int) -> None:
+        self.buffer += _U16.pack(value)
+
+    def write_i32(self, value: int) -> None:
+        self.buffer += _I32.pack(value)
+
+    def write_i64(self, value: int) -> None:
+        self.buffer += _I64.pack(value)
+
+    def write_utf(self, text: str) -> None:
+        raw = encode_modified_utf8(text)
+        if len(raw) > MAX_UTF_BYTES:
+            raise UnsupportedError(
+                f"expected a string of at most {MAX_UTF_BYTES} modified UTF-8 bytes, got {len(raw)}: {text[:40]!r}…"
+            )
+        self.buffer += _U16.pack(len(raw))
+        self.buffer += raw

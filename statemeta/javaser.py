@@ -13,8 +13,9 @@ Results: an object becomes a dict ``{"@class": name, field: value, ..., "@annota
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 
-from statecat.statemeta.binary import decode_modified_utf8
+from statecat.statemeta.binary import decode_modified_utf8, encode_modified_utf8
 from statecat.statemeta.errors import FormatError
 
 STREAM_MAGIC = 0xACED
@@ -314,3 +315,127 @@ def java_list(value: object, depth: int = 0) -> list:
     annotations = value.get("@annotations", [])
     # ArrayList/LinkedList write their capacity or size as block data, then the elements.
     return [item for item in annotations if not isinstance(item, (bytes, bytearray))]
+
+
+# ----------------------------------------------------------------------------- writing
+
+SERIALIZABLE_ENUM_FLAGS = SC_ENUM | SC_SERIALIZABLE
+
+
+@dataclass(frozen=True)
+class JavaClass:
+    """A class as the stream describes it: fields in stream order (primitives first, each group by
+    name, as ``ObjectStreamClass`` sorts them), each with its JVM type signature."""
+
+    name: str
+    serial_version_uid: int
+    fields: tuple[tuple[str, str], ...] = ()
+    flags: int = SC_SERIALIZABLE
+    superclass: JavaClass | None = None
+
+
+@dataclass(frozen=True)
+class JavaObject:
+    cls: JavaClass
+    values: tuple[object, ...]  # one per field, in the class's field order
+
+
+@dataclass(frozen=True)
+class JavaEnum:
+    cls: JavaClass
+    constant: str
+
+
+JAVA_LANG_ENUM = JavaClass("java.lang.Enum", 0, flags=SERIALIZABLE_ENUM_FLAGS)
+
+
+def enum_class(name: str) -> JavaClass:
+    """An enum's descriptor: serialVersionUID 0, no fields, ``java.lang.Enum`` above it."""
+    return JavaClass(name, 0, flags=SERIALIZABLE_ENUM_FLAGS, superclass=JAVA_LANG_ENUM)
+
+
+def write_java_object(value: JavaObject) -> bytes:
+    """A Java serialization stream of one object graph, byte for byte what ``ObjectOutputStream``
+    writes for it: handles are assigned in the same order, class descriptors and field type
+    strings (interned in Java) are back-references when repeated."""
+    return _Writer().stream(value)
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.handles: dict[object, int] = {}
+        self.next_handle = 0
+
+    def stream(self, value: JavaObject) -> bytes:
+        self.out += struct.pack(">HH", STREAM_MAGIC, STREAM_VERSION)
+        self.content(value)
+        return bytes(self.out)
+
+    def assign(self, key: object | None) -> None:
+        if key is not None:
+            self.handles[key] = self.next_handle
+        self.next_handle += 1
+
+    def reference(self, key: object) -> bool:
+        handle = self.handles.get(key)
+        if handle is None:
+            return False
+        self.out.append(TC_REFERENCE)
+        self.out += struct.pack(">i", BASE_WIRE_HANDLE + handle)
+        return True
+
+    def utf(self, text: str) -> None:
+        raw = encode_modified_utf8(text)
+        self.out += struct.pack(">H", len(raw)) + raw
+
+    def string(self, text: str, interned: bool = False) -> None:
+        # Only interned strings (field type signatures) are shared; values are distinct objects.
+        if interned and self.reference(("string", text)):
+            return
+        self.out.append(TC_STRING)
+        self.assign(("string", text) if interned else None)
+        self.utf(text)
+
+    def class_desc(self, cls: JavaClass | None) -> None:
+        if cls is None:
+            self.out.append(TC_NULL)
+            return
+        if self.reference(cls):
+            return
+        self.out.append(TC_CLASSDESC)
+        self.utf(cls.name)
+        self.out += struct.pack(">q", cls.serial_version_uid)
+        self.assign(cls)
+        self.out.append(cls.flags)
+        self.out += struct.pack(">H", len(cls.fields))
+        for name, signature in cls.fields:
+            self.out += signature[0].encode("ascii")
+            self.utf(name)
+            if signature[0] in "L[":
+                self.string(signature, interned=True)
+        self.out.append(TC_ENDBLOCKDATA)
+        self.class_desc(cls.superclass)
+
+    def content(self, value: object) -> None:
+        if value is None:
+            self.out.append(TC_NULL)
+        elif isinstance(value, str):
+            self.string(value)
+        elif isinstance(value, JavaEnum):
+            self.out.append(TC_ENUM)
+            self.class_desc(value.cls)
+            self.assign(None)
+            self.string(value.constant)
+        elif isinstance(value, JavaObject):
+            self.out.append(TC_OBJECT)
+            self.class_desc(value.cls)
+            self.assign(None)
+            for (_, signature), field in zip(value.cls.fields, value.values):
+                code = signature[0]
+                if code in _PRIMITIVES:
+                    self.out += _PRIMITIVES[code].pack(field)
+                else:
+                    self.content(field)
+        else:
+            raise TypeError(f"cannot write {type(value).__name__} into a Java serialization stream")

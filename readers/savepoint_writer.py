@@ -1,0 +1,567 @@
+"""Writes a canonical savepoint from any snapshot statecat reads: the inverse of the scanners.
+
+    from statecat.readers.savepoint_writer import write_savepoint
+
+    write_savepoint("/checkpoints/<job>/chk-42", "/savepoints/pinned")           # pin a checkpoint
+    write_savepoint(src, dst, drop_operators=["old-sink"], set_uids={"a1b2…": "my-uid"})
+
+Output is one canonical savepoint (``_metadata`` in SRC's metadata version, keyed state as
+KeyGroupsSavepointStateHandles, streams inline or in files next to ``_metadata``). Flink restores
+it into either state backend.
+
+What is not edited keeps its bytes: an untouched canonical stream is copied whole, an untouched
+key-group of an edited stream is copied as a byte range, operator state streams are copied whole.
+A native RocksDB instance becomes canonical by re-framing its column families' entries (the keys
+and values are already canonical bytes); a heap checkpoint by splitting its unframed entries with
+the states' decoders. Edits (``KeyGroupEditor``) see and return one key-group's entries at a time,
+so memory stays bounded by a key-group.
+
+Nothing is written in SRC. DST is built in a hidden sibling directory and renamed into place last;
+an interrupted write leaves no DST.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from statecat.readers.framing import Entry, Runs, frame_runs, parse_runs
+from statecat.readers.scan import decompress_snappy_framed
+from statecat.statemeta.errors import StatecatError, UnsupportedError
+from statecat.statemeta.headers import FIRST_KEYED_PROXY_WITH_COMPRESSION, open_stream
+from statecat.statemeta.metadata import (
+    METADATA_VERSION_RELEASES,
+    InlineStream,
+    KeyGroupsHandle,
+    NativeRocksDBHandle,
+    OperatorStreamHandle,
+    StreamHandle,
+    SubtaskState,
+    UnsupportedKeyedHandle,
+)
+from statecat.statemeta.metadata_writer import (
+    InlineData,
+    KeyGroupsOut,
+    OperatorOut,
+    OperatorStreamOut,
+    RelativeFile,
+    SubtaskOut,
+    WrittenStream,
+    write_metadata,
+)
+from statecat.statemeta.model import (
+    HEAP_CHECKPOINT_LAYOUT,
+    NATIVE_ROCKSDB_LAYOUT,
+    KeyedLocation,
+    OperatorMeta,
+    StateInfo,
+    StateMeta,
+    load_state_meta,
+    operator_id_for_uid,
+)
+from statecat.statemeta.storage import METADATA_FILE
+
+# Flink's default execution.checkpointing.data-inline-threshold: smaller streams live in _metadata.
+INLINE_THRESHOLD = 20 * 1024
+COPY_CHUNK = 1 << 20
+# The keyed proxy header: i32 version, then (version >= 4) the key-group compression flag.
+COMPRESSION_FLAG_OFFSET = 4
+
+
+class KeyGroupEditor(Protocol):
+    """Changes some key-groups' entries; the SQL layer builds one from statements."""
+
+    def key_groups(self, operator_id: str) -> frozenset[int]:
+        """The key-groups of the operator this editor changes (others are copied untouched)."""
+        ...
+
+    def edit(self, operator: OperatorMeta, key_group: int, entries: dict[str, list[Entry]]) -> dict[str, list[Entry]]:
+        """The new entries of one key-group, by state name (composite keys with their key-group
+        prefix, values as the state stores them). States left out of the result are unchanged."""
+        ...
+
+
+@dataclass
+class WriteSummary:
+    source: str
+    destination: str
+    metadata_version: int
+    operators: int
+    dropped: list[str] = field(default_factory=list)
+    renamed: dict[str, str] = field(default_factory=dict)  # old operator id -> new
+    streams_copied: int = 0
+    streams_rebuilt: int = 0
+    key_groups_copied: int = 0
+    key_groups_rebuilt: int = 0
+    bytes_written: int = 0
+
+
+def write_savepoint(
+    source: str | StateMeta,
+    destination: str,
+    *,
+    drop_operators: Iterable[str] = (),
+    set_uids: Mapping[str, str] | None = None,
+    editor: KeyGroupEditor | None = None,
+    overwrite: bool = False,
+    provenance: dict | None = None,
+) -> WriteSummary:
+    """Writes ``source`` (any snapshot statecat reads) as a canonical savepoint at ``destination``.
+
+    ``drop_operators``: operators (id, uid or name) whose state is left out. ``set_uids``:
+    operator (id, uid or name) -> new uid; the operator id becomes the one Flink derives from it.
+    ``provenance`` is recorded in DST's stateInfo."""
+    meta = source if isinstance(source, StateMeta) else load_state_meta(source)
+    if not meta.storage.is_local:
+        raise UnsupportedError(f"writing from {meta.path} is not supported yet: copy the snapshot to a local directory")
+    target = os.path.abspath(destination)
+    _check_destination(meta, target, overwrite)
+    dropped = {meta.operator(ref).id for ref in drop_operators}
+    renames = {meta.operator(ref).id: uid for ref, uid in (set_uids or {}).items()}
+    summary = WriteSummary(meta.path, target, meta.metadata.version, 0)
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.statecat-", dir=parent)
+    try:
+        out = _Output(work, summary)
+        operators: list[OperatorOut] = []
+        taken_ids = {op.id for op in meta.metadata.operators if op.id not in dropped and op.id not in renames}
+        for raw in meta.metadata.operators:
+            if raw.id in dropped:
+                summary.dropped.append(raw.id)
+                continue
+            operator_meta = next((op for op in meta.operators if op.id == raw.id), None)
+            new_uid = renames.get(raw.id)
+            new_id = operator_id_for_uid(new_uid) if new_uid is not None else raw.id
+            if new_uid is not None:
+                if new_id in taken_ids:
+                    raise UnsupportedError(
+                        f"uid {new_uid!r} gives operator id {new_id}, which another operator of the savepoint has",
+                        hint="Choose a uid no other operator uses, or drop that operator",
+                    )
+                taken_ids.add(new_id)
+                summary.renamed[raw.id] = new_id
+            subtasks = tuple(_subtask(meta, operator_meta, raw.id, s, editor, out) for s in raw.subtasks)
+            operators.append(
+                OperatorOut(
+                    new_id,
+                    new_uid if new_uid is not None else raw.uid,
+                    raw.name,
+                    raw.parallelism,
+                    raw.max_parallelism,
+                    out.inline_copy(meta, raw.coordinator) if raw.coordinator is not None else None,
+                    subtasks,
+                    raw.finished,
+                    raw.finished_subtasks,
+                )
+            )
+        summary.operators = len(operators)
+        metadata = write_metadata(meta.metadata.version, meta.metadata.checkpoint_id, operators)
+        out.write_file(METADATA_FILE, metadata)
+        _write_state_info(work, provenance)
+        _publish(work, target, overwrite)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return summary
+
+
+def _check_destination(meta: StateMeta, target: str, overwrite: bool) -> None:
+    source_dir = os.path.realpath(meta.storage.directory)
+    real = os.path.realpath(target)
+    if real == source_dir or real.startswith(source_dir + os.sep) or source_dir.startswith(real + os.sep):
+        raise UnsupportedError(
+            f"the destination {target} overlaps the source snapshot {meta.storage.directory}",
+            hint="statecat never writes into a snapshot it reads: give another --out directory",
+        )
+    if os.path.lexists(target) and not overwrite:
+        raise UnsupportedError(
+            f"the destination {target} exists", hint="Pass --overwrite to replace it, or choose another --out"
+        )
+
+
+def _publish(work: str, target: str, overwrite: bool) -> None:
+    """Renames the finished directory into place: readers see no DST or a whole one."""
+    if not os.path.lexists(target):
+        os.rename(work, target)
+        return
+    if not overwrite:
+        raise UnsupportedError(f"the destination {target} appeared while writing", hint="Pass --overwrite")
+    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.replaced-", dir=os.path.dirname(target))
+    os.rmdir(aside)
+    os.rename(target, aside)
+    os.rename(work, target)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+def _write_state_info(work: str, provenance: dict | None) -> None:
+    from statecat.statemeta.stateinfo import STATE_INFO_FILE, to_state_info
+
+    doc = to_state_info(load_state_meta(work, use_state_info=False))
+    if provenance is not None:
+        doc["provenance"] = provenance
+    import json
+
+    with open(os.path.join(work, STATE_INFO_FILE), "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
+# ----------------------------------------------------------------------------- output streams
+
+
+class _Output:
+    """The savepoint directory being written: new streams inline when small, else UUID-named files."""
+
+    def __init__(self, directory: str, summary: WriteSummary) -> None:
+        self.directory = directory
+        self.summary = summary
+
+    def write_file(self, name: str, data: bytes) -> None:
+        with open(os.path.join(self.directory, name), "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        self.summary.bytes_written += len(data)
+
+    def inline_copy(self, meta: StateMeta, handle: StreamHandle) -> InlineData:
+        name = handle.name if isinstance(handle, InlineStream) else str(uuid.uuid4())
+        return InlineData(name, _read_all(meta, handle))
+
+    def copy(self, meta: StateMeta, handle: StreamHandle) -> WrittenStream:
+        """A stream's bytes unchanged, where they were: inline stays inline, a file becomes a file."""
+        self.summary.streams_copied += 1
+        if isinstance(handle, InlineStream):
+            data = _read_all(meta, handle)
+            self.summary.bytes_written += len(data)
+            return InlineData(handle.name, data)
+        sink = self.new_stream()
+        stream, _, _ = open_stream(meta.storage, handle, 0)
+        with stream:
+            remaining = handle.size
+            while remaining:
+                chunk = stream.read(min(COPY_CHUNK, remaining))
+                if not chunk:
+                    raise StatecatError(
+                        f"expected {handle.size} bytes, the file ended {remaining} bytes early",
+                        file=meta.storage.display(handle.path),
+                        hint="The state file is truncated",
+                    )
+                sink.write(chunk)
+                remaining -= len(chunk)
+        return sink.finish(keep_file=True)
+
+    def new_stream(self) -> _StreamSink:
+        return _StreamSink(self)
+
+
+class _StreamSink:
+    """One new stream written front to back into a file; small results move inline at the end."""
+
+    def __init__(self, output: _Output) -> None:
+        self.output = output
+        self.name = str(uuid.uuid4())
+        self.path = os.path.join(output.directory, self.name)
+        self.file = open(self.path, "wb")  # noqa: SIM115 (closed in finish)
+        self.position = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.file.write(data)
+        self.position += len(data)
+
+    def finish(self, keep_file: bool = False) -> WrittenStream:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+        self.output.summary.bytes_written += self.position
+        if keep_file or self.position >= INLINE_THRESHOLD:
+            return RelativeFile(self.name, self.position)
+        with open(self.path, "rb") as f:
+            data = f.read()
+        os.unlink(self.path)
+        return InlineData(self.name, data)
+
+
+def _read_all(meta: StateMeta, handle: StreamHandle) -> bytes:
+    stream, name, base = open_stream(meta.storage, handle, 0)
+    with stream:
+        data = stream.read(handle.size)
+    if len(data) != handle.size:
+        raise StatecatError(
+            f"expected {handle.size} bytes of state, got {len(data)} before the end of the file",
+            file=name,
+            offset=base + len(data),
+            hint="The state file is truncated",
+        )
+    return data
+
+
+# ----------------------------------------------------------------------------- subtasks
+
+
+def _subtask(
+    meta: StateMeta,
+    operator: OperatorMeta | None,
+    operator_id: str,
+    subtask: SubtaskState,
+    editor: KeyGroupEditor | None,
+    out: _Output,
+) -> SubtaskOut:
+    return SubtaskOut(
+        subtask.index,
+        _operator_handle(meta, subtask.managed_operator, out),
+        _operator_handle(meta, subtask.raw_operator, out),
+        _keyed(meta, operator, operator_id, subtask, editor, out),
+        _raw_keyed(meta, operator_id, subtask, out),
+    )
+
+
+def _operator_handle(meta: StateMeta, handle: OperatorStreamHandle | None, out: _Output) -> OperatorStreamOut | None:
+    if handle is None:
+        return None
+    return OperatorStreamOut(handle.entries, out.copy(meta, handle.stream))
+
+
+def _raw_keyed(meta: StateMeta, operator_id: str, subtask: SubtaskState, out: _Output) -> KeyGroupsOut | None:
+    """Raw keyed state is the job's own bytes behind key-group offsets: copied as they are."""
+    handle = subtask.raw_keyed
+    if handle is None:
+        return None
+    if not isinstance(handle, KeyGroupsHandle):
+        raise UnsupportedError(
+            f"raw keyed state of operator {operator_id} subtask {subtask.index} is a {handle.kind} handle, "
+            f"which a canonical savepoint cannot hold"
+        )
+    return KeyGroupsOut(handle.start_key_group, handle.offsets, out.copy(meta, handle.stream))
+
+
+@dataclass(frozen=True)
+class _StreamStates:
+    """The states a keyed stream's header declares, by id, with where each stream's parts are."""
+
+    header_length: int
+    by_id: dict[int, StateInfo]
+    locations: dict[int, KeyedLocation]
+    layout: str
+    compressed: bool
+
+
+def _stream_states(operator: OperatorMeta | None, subtask: int, stream: StreamHandle) -> _StreamStates | None:
+    by_id: dict[int, StateInfo] = {}
+    locations: dict[int, KeyedLocation] = {}
+    for state in operator.states if operator is not None else ():
+        for loc in state.locations:
+            if isinstance(loc, KeyedLocation) and loc.subtask == subtask and loc.stream == stream:
+                by_id[loc.state_id] = state
+                locations[loc.state_id] = loc
+    if not locations:
+        return None
+    first = next(iter(locations.values()))
+    return _StreamStates(first.header_length, by_id, locations, first.layout, first.compressed)
+
+
+def _keyed(
+    meta: StateMeta,
+    operator: OperatorMeta | None,
+    operator_id: str,
+    subtask: SubtaskState,
+    editor: KeyGroupEditor | None,
+    out: _Output,
+) -> KeyGroupsOut | None:
+    handle = subtask.managed_keyed
+    if handle is None:
+        return None
+    if isinstance(handle, UnsupportedKeyedHandle):
+        raise UnsupportedError(
+            f"operator {operator_id} subtask {subtask.index}: {handle.kind} keyed state cannot be rewritten "
+            f"({handle.reason})"
+        )
+    stream = handle.meta_stream if isinstance(handle, NativeRocksDBHandle) else handle.stream
+    states = _stream_states(operator, subtask.index, stream)
+    touched = editor.key_groups(operator_id) if editor is not None else frozenset()
+    first, last = handle.key_group_range
+    touched = frozenset(g for g in touched if first <= g <= last)
+    if isinstance(handle, KeyGroupsHandle) and (states is None or states.layout == "canonical") and not touched:
+        return KeyGroupsOut(handle.start_key_group, handle.offsets, out.copy(meta, handle.stream))
+    if states is None or operator is None:
+        raise UnsupportedError(
+            f"operator {operator_id} subtask {subtask.index}: its keyed stream's header could not be read, "
+            f"so its key-groups cannot be converted"
+        )
+    return _KeyedRewrite(meta, operator, handle, states, touched, editor, out).run()
+
+
+class _KeyedRewrite:
+    """One subtask's keyed stream written anew: header, then each key-group copied or rebuilt."""
+
+    def __init__(
+        self,
+        meta: StateMeta,
+        operator: OperatorMeta,
+        handle: KeyGroupsHandle | NativeRocksDBHandle,
+        states: _StreamStates,
+        touched: frozenset[int],
+        editor: KeyGroupEditor | None,
+        out: _Output,
+    ) -> None:
+        self.meta = meta
+        self.operator = operator
+        self.handle = handle
+        self.states = states
+        self.touched = touched
+        self.editor = editor
+        self.out = out
+        self.summary = out.summary
+        self.prefix = operator.key_group_prefix_bytes
+        # Key-groups copied as byte ranges keep their compression; a converted stream is written plain.
+        self.keep_compression = states.layout == "canonical" and states.compressed
+
+    def run(self) -> KeyGroupsOut:
+        self.summary.streams_rebuilt += 1
+        header = self._header()
+        sink = self.out.new_stream()
+        sink.write(header)
+        first, last = self.handle.key_group_range
+        offsets = []
+        for _, data in self._key_groups(first, last):
+            if data:
+                offsets.append(sink.position)
+                sink.write(data)
+            else:
+                offsets.append(0)
+        return KeyGroupsOut(first, tuple(offsets), sink.finish())
+
+    def _header(self) -> bytes:
+        stream = self.handle.meta_stream if isinstance(self.handle, NativeRocksDBHandle) else self.handle.stream
+        length = self.states.header_length
+        header = bytearray(_read_prefix(self.meta, stream, length))
+        version = int.from_bytes(header[:4], "big")
+        if (
+            version >= FIRST_KEYED_PROXY_WITH_COMPRESSION
+            and header[COMPRESSION_FLAG_OFFSET]
+            and not self.keep_compression
+        ):
+            header[COMPRESSION_FLAG_OFFSET] = 0
+        return bytes(header)
+
+    def _key_groups(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
+        if self.states.layout == NATIVE_ROCKSDB_LAYOUT:
+            yield from self._native(first, last)
+        elif self.states.layout == HEAP_CHECKPOINT_LAYOUT:
+            yield from self._heap(first, last)
+        else:
+            yield from self._canonical(first, last)
+
+    def _edited(self, key_group: int, runs: Runs) -> bytes:
+        """A key-group's runs after the editor, framed (ids as in this stream's header)."""
+        by_name = {
+            self.states.by_id[state_id].name: entries for state_id, entries in runs if state_id in self.states.by_id
+        }
+        if self.editor is not None and key_group in self.touched:
+            changed = self.editor.edit(self.operator, key_group, dict(by_name))
+            ids = {state.name: state_id for state_id, state in self.states.by_id.items()}
+            for name, entries in changed.items():
+                if name not in ids:
+                    raise UnsupportedError(
+                        f"state {name!r} has no place in key-group {key_group}'s stream of operator {self.operator.label}"
+                    )
+                by_name[name] = sorted(entries)  # RocksDB's order: unsigned bytes of the composite key
+            runs = [(ids[name], entries) for name, entries in by_name.items()]
+            runs.sort()
+        self.summary.key_groups_rebuilt += 1
+        return frame_runs(runs)
+
+    # -- layouts
+
+    def _canonical(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
+        handle = self.handle
+        assert isinstance(handle, KeyGroupsHandle)
+        starts = [(i, o) for i, o in enumerate(handle.offsets) if o > 0]
+        ends = {i: end for (i, _), end in zip(starts, [o for _, o in starts[1:]] + [handle.stream.size])}
+        stream, name, base = open_stream(self.meta.storage, handle.stream, 0)
+        with stream:
+            for i in range(last - first + 1):
+                key_group = first + i
+                offset = handle.offsets[i]
+                data = b""
+                if offset > 0:
+                    stream.seek(base + offset)
+                    data = stream.read(ends[i] - offset)
+                if key_group not in self.touched:
+                    if data:
+                        self.summary.key_groups_copied += 1
+                    yield key_group, data
+                    continue
+                plain = data
+                if data and self.states.compressed:
+                    plain = decompress_snappy_framed(data, name, base + offset)
+                runs = parse_runs(plain, name, base + offset) if plain else []
+                rebuilt = self._edited(key_group, runs)
+                if rebuilt and self.keep_compression:
+                    import cramjam
+
+                    rebuilt = bytes(cramjam.snappy.compress(rebuilt))
+                yield key_group, rebuilt
+
+    def _native(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
+        from contextlib import ExitStack
+
+        from statecat.readers.native_rocksdb import NativeInstance
+
+        handle = self.handle
+        assert isinstance(handle, NativeRocksDBHandle)
+        instance = NativeInstance(self.meta.storage, handle)
+        with ExitStack() as stack:
+            readers = {
+                state_id: stack.enter_context(instance.column_family(state.name))
+                for state_id, state in sorted(self.states.by_id.items())
+            }
+            for key_group in range(first, last + 1):
+                runs: Runs = []
+                for state_id, reader in readers.items():
+                    data = reader.key_group(key_group, self.prefix, state_id)
+                    if data:
+                        runs.append((state_id, _entries_of(data)))
+                yield key_group, self._edited(key_group, runs)
+
+    def _heap(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
+        from statecat.readers.heap_rewrite import heap_key_group_runs
+
+        handle = self.handle
+        assert isinstance(handle, KeyGroupsHandle)
+        for key_group, runs in heap_key_group_runs(
+            self.meta, self.operator, handle, self.states.by_id, self.states.locations
+        ):
+            yield key_group, self._edited(key_group, runs)
+
+
+def _entries_of(data: bytes) -> list[Entry]:
+    """A native key-group's entries: from the merge's positions, or from its canonical framing."""
+    positions = getattr(data, "positions", None)
+    if positions is None:
+        return parse_runs(data)[0][1]
+    key_at, key_len, value_at, value_len = (p.tolist() for p in positions)
+    raw = bytes(data)
+    return [(raw[k : k + kl], raw[v : v + vl]) for k, kl, v, vl in zip(key_at, key_len, value_at, value_len)]
+
+
+def _read_prefix(meta: StateMeta, stream: StreamHandle, length: int) -> bytes:
+    handle_stream, name, base = open_stream(meta.storage, stream, 0)
+    with handle_stream:
+        data = handle_stream.read(length)
+    if len(data) != length:
+        raise StatecatError(
+            f"expected a {length}-byte stream header, the file ends after {len(data)}",
+            file=name,
+            offset=base + len(data),
+            hint="The state file is truncated",
+        )
+    return data
+
+
+__all__ = ["write_savepoint", "KeyGroupEditor", "WriteSummary", "INLINE_THRESHOLD", "METADATA_VERSION_RELEASES"]
