@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from statecat.readers.framing import Entry, Runs, frame_runs, parse_runs
 from statecat.readers.scan import decompress_snappy_framed
@@ -56,6 +57,7 @@ from statecat.statemeta.metadata_writer import (
 )
 from statecat.statemeta.model import (
     HEAP_CHECKPOINT_LAYOUT,
+    KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM,
     NATIVE_ROCKSDB_LAYOUT,
     KeyedLocation,
     OperatorMeta,
@@ -66,6 +68,11 @@ from statecat.statemeta.model import (
 )
 from statecat.statemeta.storage import METADATA_FILE
 
+# KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM
+MAX_MAX_PARALLELISM = 1 << 15
+# Re-keyed entries wait in this many spill files, each a contiguous range of new key-groups:
+# memory holds one file's entries at a time.
+REKEY_BUCKETS = 256
 # Flink's default execution.checkpointing.data-inline-threshold: smaller streams live in _metadata.
 INLINE_THRESHOLD = 20 * 1024
 COPY_CHUNK = 1 << 20
@@ -108,6 +115,7 @@ def write_savepoint(
     drop_operators: Iterable[str] = (),
     set_uids: Mapping[str, str] | None = None,
     editor: KeyGroupEditor | None = None,
+    max_parallelism: int | None = None,
     overwrite: bool = False,
     provenance: dict | None = None,
 ) -> WriteSummary:
@@ -115,7 +123,8 @@ def write_savepoint(
 
     ``drop_operators``: operators (id, uid or name) whose state is left out. ``set_uids``:
     operator (id, uid or name) -> new uid; the operator id becomes the one Flink derives from it.
-    ``provenance`` is recorded in DST's stateInfo."""
+    ``max_parallelism``: every operator's new max parallelism; keyed state moves to the key-groups
+    Flink assigns its keys under it. ``provenance`` is recorded in DST's stateInfo."""
     meta = source if isinstance(source, StateMeta) else load_state_meta(source)
     if not meta.storage.is_local:
         raise UnsupportedError(f"writing from {meta.path} is not supported yet: copy the snapshot to a local directory")
@@ -123,6 +132,8 @@ def write_savepoint(
     _check_destination(meta, target, overwrite)
     dropped = {meta.operator(ref).id for ref in drop_operators}
     renames = {meta.operator(ref).id: uid for ref, uid in (set_uids or {}).items()}
+    if max_parallelism is not None:
+        _check_max_parallelism(meta, max_parallelism, dropped)
     summary = WriteSummary(meta.path, target, meta.metadata.version, 0)
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
@@ -146,14 +157,20 @@ def write_savepoint(
                     )
                 taken_ids.add(new_id)
                 summary.renamed[raw.id] = new_id
-            subtasks = tuple(_subtask(meta, operator_meta, raw.id, s, editor, out) for s in raw.subtasks)
+            new_max = raw.max_parallelism if max_parallelism is None else max_parallelism
+            if new_max != raw.max_parallelism and any(s.managed_keyed is not None for s in raw.subtasks):
+                if operator_meta is None:
+                    raise UnsupportedError(f"operator {raw.id}: its keyed state's header could not be read")
+                subtasks = _Rekey(meta, operator_meta, raw.subtasks, raw.parallelism, new_max, editor, out).run()
+            else:
+                subtasks = tuple(_subtask(meta, operator_meta, raw.id, s, editor, out) for s in raw.subtasks)
             operators.append(
                 OperatorOut(
                     new_id,
                     new_uid if new_uid is not None else raw.uid,
                     raw.name,
                     raw.parallelism,
-                    raw.max_parallelism,
+                    new_max,
                     out.inline_copy(meta, raw.coordinator) if raw.coordinator is not None else None,
                     subtasks,
                     raw.finished,
@@ -169,6 +186,27 @@ def write_savepoint(
         shutil.rmtree(work, ignore_errors=True)
         raise
     return summary
+
+
+def _check_max_parallelism(meta: StateMeta, max_parallelism: int, dropped: set[str]) -> None:
+    if not 1 <= max_parallelism <= MAX_MAX_PARALLELISM:
+        raise UnsupportedError(
+            f"expected a max parallelism between 1 and {MAX_MAX_PARALLELISM} (Flink's bounds), got {max_parallelism}"
+        )
+    for raw in meta.metadata.operators:
+        if raw.id in dropped:
+            continue
+        if raw.parallelism > max_parallelism:
+            raise UnsupportedError(
+                f"operator {raw.name or raw.id} runs at parallelism {raw.parallelism}, above the max parallelism "
+                f"{max_parallelism} asked for",
+                hint="A max parallelism is at least every operator's parallelism",
+            )
+        if any(s.raw_keyed is not None for s in raw.subtasks):
+            raise UnsupportedError(
+                f"operator {raw.name or raw.id} has raw keyed state (the job's own bytes), which cannot be moved "
+                f"to new key-groups"
+            )
 
 
 def _check_destination(meta: StateMeta, target: str, overwrite: bool) -> None:
@@ -423,7 +461,7 @@ class _KeyedRewrite:
 
     def run(self) -> KeyGroupsOut:
         self.summary.streams_rebuilt += 1
-        header = self._header()
+        header = self.header()
         sink = self.out.new_stream()
         sink.write(header)
         first, last = self.handle.key_group_range
@@ -436,7 +474,7 @@ class _KeyedRewrite:
                 offsets.append(0)
         return KeyGroupsOut(first, tuple(offsets), sink.finish())
 
-    def _header(self) -> bytes:
+    def header(self) -> bytes:
         stream = self.handle.meta_stream if isinstance(self.handle, NativeRocksDBHandle) else self.handle.stream
         length = self.states.header_length
         header = bytearray(_read_prefix(self.meta, stream, length))
@@ -450,65 +488,92 @@ class _KeyedRewrite:
         return bytes(header)
 
     def _key_groups(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
+        """Each key-group's bytes in the canonical framing: untouched canonical ones as stored."""
+        if self.states.layout != "canonical":
+            for key_group, runs in self.runs(first, last):
+                self.summary.key_groups_rebuilt += 1
+                yield key_group, self._frame(self.edited(key_group, runs))
+            return
+        handle = self.handle
+        assert isinstance(handle, KeyGroupsHandle)
+        for key_group, data, name, at in self._stored(handle, first, last):
+            if key_group not in self.touched:
+                if data:
+                    self.summary.key_groups_copied += 1
+                yield key_group, data
+                continue
+            plain = decompress_snappy_framed(data, name, at) if data and self.states.compressed else data
+            self.summary.key_groups_rebuilt += 1
+            rebuilt = self._frame(self.edited(key_group, parse_runs(plain, name, at) if plain else []))
+            if rebuilt and self.keep_compression:
+                import cramjam
+
+                rebuilt = bytes(cramjam.snappy.compress(rebuilt))
+            yield key_group, rebuilt
+
+    def runs(self, first: int, last: int) -> Iterator[tuple[int, Runs]]:
+        """Each key-group's runs (state id, entries), whatever the layout."""
         if self.states.layout == NATIVE_ROCKSDB_LAYOUT:
             yield from self._native(first, last)
         elif self.states.layout == HEAP_CHECKPOINT_LAYOUT:
-            yield from self._heap(first, last)
-        else:
-            yield from self._canonical(first, last)
+            from statecat.readers.heap_rewrite import heap_key_group_runs
 
-    def _edited(self, key_group: int, runs: Runs) -> bytes:
-        """A key-group's runs after the editor, framed (ids as in this stream's header)."""
+            handle = self.handle
+            assert isinstance(handle, KeyGroupsHandle)
+            yield from heap_key_group_runs(self.meta, self.operator, handle, self.states.by_id, self.states.locations)
+        else:
+            handle = self.handle
+            assert isinstance(handle, KeyGroupsHandle)
+            for key_group, data, name, at in self._stored(handle, first, last):
+                plain = decompress_snappy_framed(data, name, at) if data and self.states.compressed else data
+                yield key_group, parse_runs(plain, name, at) if plain else []
+
+    def edited(self, key_group: int, runs: Runs) -> dict[str, list[Entry]]:
+        """A key-group's entries by state name, after the editor where it touches the key-group."""
         by_name = {
             self.states.by_id[state_id].name: entries for state_id, entries in runs if state_id in self.states.by_id
         }
         if self.editor is not None and key_group in self.touched:
-            changed = self.editor.edit(self.operator, key_group, dict(by_name))
-            ids = {state.name: state_id for state_id, state in self.states.by_id.items()}
-            for name, entries in changed.items():
-                if name not in ids:
+            for name, entries in self.editor.edit(self.operator, key_group, dict(by_name)).items():
+                if name not in self.ids:
                     raise UnsupportedError(
                         f"state {name!r} has no place in key-group {key_group}'s stream of operator {self.operator.label}"
                     )
                 by_name[name] = sorted(entries)  # RocksDB's order: unsigned bytes of the composite key
-            runs = [(ids[name], entries) for name, entries in by_name.items()]
-            runs.sort()
-        self.summary.key_groups_rebuilt += 1
-        return frame_runs(runs)
+        return by_name
+
+    def _frame(self, by_name: dict[str, list[Entry]]) -> bytes:
+        return frame_runs(sorted((self.ids[name], entries) for name, entries in by_name.items()))
+
+    @property
+    def ids(self) -> dict[str, int]:
+        return {state.name: state_id for state_id, state in self.states.by_id.items()}
 
     # -- layouts
 
-    def _canonical(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
-        handle = self.handle
-        assert isinstance(handle, KeyGroupsHandle)
+    def _stored(self, handle: KeyGroupsHandle, first: int, last: int) -> Iterator[tuple[int, bytes, str, int]]:
+        """(key-group, stored bytes, file, file offset) of each key-group of a savepoint-layout stream."""
         starts = [(i, o) for i, o in enumerate(handle.offsets) if o > 0]
         ends = {i: end for (i, _), end in zip(starts, [o for _, o in starts[1:]] + [handle.stream.size])}
         stream, name, base = open_stream(self.meta.storage, handle.stream, 0)
         with stream:
             for i in range(last - first + 1):
-                key_group = first + i
                 offset = handle.offsets[i]
                 data = b""
                 if offset > 0:
                     stream.seek(base + offset)
                     data = stream.read(ends[i] - offset)
-                if key_group not in self.touched:
-                    if data:
-                        self.summary.key_groups_copied += 1
-                    yield key_group, data
-                    continue
-                plain = data
-                if data and self.states.compressed:
-                    plain = decompress_snappy_framed(data, name, base + offset)
-                runs = parse_runs(plain, name, base + offset) if plain else []
-                rebuilt = self._edited(key_group, runs)
-                if rebuilt and self.keep_compression:
-                    import cramjam
+                    if len(data) != ends[i] - offset:
+                        raise StatecatError(
+                            f"expected key-group {first + i} to span {ends[i] - offset} bytes, the file ends after "
+                            f"{len(data)}",
+                            file=name,
+                            offset=base + offset + len(data),
+                            hint="The state file is truncated",
+                        )
+                yield first + i, data, name, base + offset
 
-                    rebuilt = bytes(cramjam.snappy.compress(rebuilt))
-                yield key_group, rebuilt
-
-    def _native(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
+    def _native(self, first: int, last: int) -> Iterator[tuple[int, Runs]]:
         from contextlib import ExitStack
 
         from statecat.readers.native_rocksdb import NativeInstance
@@ -527,17 +592,160 @@ class _KeyedRewrite:
                     data = reader.key_group(key_group, self.prefix, state_id)
                     if data:
                         runs.append((state_id, _entries_of(data)))
-                yield key_group, self._edited(key_group, runs)
+                yield key_group, runs
 
-    def _heap(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
-        from statecat.readers.heap_rewrite import heap_key_group_runs
 
-        handle = self.handle
-        assert isinstance(handle, KeyGroupsHandle)
-        for key_group, runs in heap_key_group_runs(
-            self.meta, self.operator, handle, self.states.by_id, self.states.locations
-        ):
-            yield key_group, self._edited(key_group, runs)
+def key_group_range(max_parallelism: int, parallelism: int, index: int) -> tuple[int, int]:
+    """KeyGroupRangeAssignment.computeKeyGroupRangeForOperatorIndex: subtask ``index``'s key-groups."""
+    start = (index * max_parallelism + parallelism - 1) // parallelism
+    end = ((index + 1) * max_parallelism - 1) // parallelism
+    return start, end
+
+
+_SPILL_RECORD = struct.Struct(">HHii")  # new key-group, state index, key length, value length
+
+
+class _Rekey:
+    """An operator's keyed state under a new max parallelism: every entry to the key-group Flink
+    assigns its key, the key-group prefix rewritten, the subtasks' ranges rebuilt.
+
+    Entries are spilled into files by ranges of new key-groups, then each subtask's stream is
+    written from them in key-group order."""
+
+    def __init__(
+        self,
+        meta: StateMeta,
+        operator: OperatorMeta,
+        subtasks: tuple[SubtaskState, ...],
+        parallelism: int,
+        max_parallelism: int,
+        editor: KeyGroupEditor | None,
+        out: _Output,
+    ) -> None:
+        self.meta = meta
+        self.operator = operator
+        self.subtasks = subtasks
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.editor = editor
+        self.out = out
+        self.new_prefix = 1 if max_parallelism <= KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM else 2
+        self.names: list[str] = []
+
+    def _bucket(self, key_group: int) -> int:
+        return key_group * min(self.max_parallelism, REKEY_BUCKETS) // self.max_parallelism
+
+    def run(self) -> tuple[SubtaskOut, ...]:
+        from statecat.readers.entry_codec import EntryCodec
+        from statecat.readers.keygroups import key_group_for
+
+        spill = tempfile.mkdtemp(prefix=".rekey-", dir=self.out.directory)
+        try:
+            files: dict[int, Any] = {}
+            header: bytes | None = None
+            header_states: _StreamStates | None = None
+            codecs: dict[str, EntryCodec] = {}
+            old_prefix = self.operator.key_group_prefix_bytes
+            for subtask in self.subtasks:
+                handle = subtask.managed_keyed
+                if handle is None:
+                    continue
+                if isinstance(handle, UnsupportedKeyedHandle):
+                    raise UnsupportedError(
+                        f"operator {self.operator.label}: {handle.kind} keyed state ({handle.reason})"
+                    )
+                stream = handle.meta_stream if isinstance(handle, NativeRocksDBHandle) else handle.stream
+                states = _stream_states(self.operator, subtask.index, stream)
+                if states is None:
+                    raise UnsupportedError(f"operator {self.operator.label}: a keyed stream's header could not be read")
+                first, last = handle.key_group_range
+                touched = self.editor.key_groups(self.operator.id) if self.editor is not None else frozenset()
+                rewrite = _KeyedRewrite(self.meta, self.operator, handle, states, touched, self.editor, self.out)
+                rewrite.keep_compression = False
+                if header is None:
+                    header, header_states = rewrite.header(), states
+                for key_group, runs in rewrite.runs(first, last):
+                    self.out.summary.key_groups_rebuilt += 1
+                    for name, entries in rewrite.edited(key_group, runs).items():
+                        if not entries:
+                            continue
+                        codec = codecs.get(name)
+                        if codec is None:
+                            codec = codecs[name] = EntryCodec(self.meta, self.operator, self.operator.state(name))
+                        if name not in self.names:
+                            self.names.append(name)
+                        index = self.names.index(name)
+                        for row in codec.rows(key_group, entries):
+                            target = key_group_for(row.key, codec.key_type, self.max_parallelism)
+                            prefix = target.to_bytes(self.new_prefix, "big")
+                            bucket = self._bucket(target)
+                            sink = files.get(bucket)
+                            if sink is None:
+                                sink = files[bucket] = open(os.path.join(spill, str(bucket)), "wb")  # noqa: SIM115
+                            for key, value in row.entries or ():
+                                moved = prefix + key[old_prefix:]
+                                sink.write(_SPILL_RECORD.pack(target, index, len(moved), len(value)))
+                                sink.write(moved)
+                                sink.write(value)
+            for sink in files.values():
+                sink.close()
+            assert header is not None and header_states is not None
+            return self._write(spill, header, header_states)
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+
+    def _write(self, spill: str, header: bytes, states: _StreamStates) -> tuple[SubtaskOut, ...]:
+        ids = {state.name: state_id for state_id, state in states.by_id.items()}
+        missing = [name for name in self.names if name not in ids]
+        if missing:
+            raise UnsupportedError(
+                f"operator {self.operator.label}: states {missing} are not in every subtask's stream header"
+            )
+        by_index = {s.index: s for s in self.subtasks}
+        loaded: tuple[int, dict[int, dict[str, list[Entry]]]] = (-1, {})
+        out = []
+        self.out.summary.streams_rebuilt += self.parallelism
+        for index in range(self.parallelism):
+            first, last = key_group_range(self.max_parallelism, self.parallelism, index)
+            sink = self.out.new_stream()
+            sink.write(header)
+            offsets = []
+            for key_group in range(first, last + 1):
+                bucket = self._bucket(key_group)
+                if loaded[0] != bucket:
+                    loaded = (bucket, self._load(spill, bucket))
+                by_name = loaded[1].pop(key_group, {})
+                data = frame_runs(sorted((ids[name], sorted(entries)) for name, entries in by_name.items()))
+                offsets.append(sink.position if data else 0)
+                sink.write(data)
+            keyed = KeyGroupsOut(first, tuple(offsets), sink.finish())
+            old = by_index.get(index)
+            out.append(
+                SubtaskOut(
+                    index,
+                    _operator_handle(self.meta, old.managed_operator, self.out) if old is not None else None,
+                    _operator_handle(self.meta, old.raw_operator, self.out) if old is not None else None,
+                    keyed,
+                )
+            )
+        return tuple(out)
+
+    def _load(self, spill: str, bucket: int) -> dict[int, dict[str, list[Entry]]]:
+        path = os.path.join(spill, str(bucket))
+        groups: dict[int, dict[str, list[Entry]]] = {}
+        if not os.path.exists(path):
+            return groups
+        with open(path, "rb") as f:
+            data = f.read()
+        pos = 0
+        while pos < len(data):
+            key_group, index, key_len, value_len = _SPILL_RECORD.unpack_from(data, pos)
+            pos += _SPILL_RECORD.size
+            key = data[pos : pos + key_len]
+            value = data[pos + key_len : pos + key_len + value_len]
+            pos += key_len + value_len
+            groups.setdefault(key_group, {}).setdefault(self.names[index], []).append((key, value))
+        return groups
 
 
 def _entries_of(data: bytes) -> list[Entry]:

@@ -35,6 +35,7 @@ from statecat.readers.fastscan import (
 )
 from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
 from statecat.statemeta.headers import SNAPPY_STREAM_IDENTIFIER, open_stream
+from statecat.statemeta.metadata import InlineStream
 from statecat.statemeta.model import (
     HEAP_CHECKPOINT_LAYOUT,
     NATIVE_ROCKSDB_LAYOUT,
@@ -623,6 +624,27 @@ class KeyedStateScanner:
                 state=self.state.name,
                 hint="The state file is damaged, or its type is not what the header says",
             ) from None
+
+    def decode_entries(self, key_group: int, entries: Sequence[tuple[bytes, bytes]]) -> pa.RecordBatch:
+        """The rows of this state's entries of one key-group (composite keys with their prefix,
+        flag cleared), decoded as a query would decode them: what an edit starts from."""
+        keys, values = [], []
+        key_at, key_len, value_at, value_len = [], [], [], []
+        position = 0
+        for key, value in entries:
+            key_at.append(position)
+            key_len.append(len(key))
+            value_at.append(position + len(key))
+            value_len.append(len(value))
+            position += len(key) + len(value)
+            keys.append(key)
+            values.append(value)
+        buf = b"".join(k + v for k, v in zip(keys, values))
+        positions = [np.asarray(p, dtype=np.int64) for p in (key_at, key_len, value_at, value_len)]
+        location = KeyedLocation(0, InlineStream("<edited key-group>", 0, len(buf)), key_group, (), 0, False, 0)
+        columns: tuple[list, list, list] = ([], [], [])
+        self._decode_key_group(key_group, buf, location, columns, "<edited key-group>", 0, None, positions)
+        return self._batch(columns)
 
     def _split_key(self, buf: bytes, pos: int, end: int) -> tuple[Any, Any, int]:
         """Decodes key and namespace of a composite key; returns (key, namespace, position after them)."""

@@ -291,3 +291,39 @@ def test_an_interrupted_write_leaves_no_destination(tmp_path):
     with pytest.raises(_Interrupt):
         write_savepoint(str(savepoint_dir("sql_groupby_hashmap_2.3")), str(tmp_path / "out"), editor=_FailingEditor())
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- max parallelism
+
+
+@pytest.mark.parametrize(
+    "case,new_max",
+    [
+        ("sql_groupby_hashmap_2.3", 256),  # 1-byte prefix becomes 2 bytes
+        ("sql_join_checkpoint_rocksdb_2.3", 128),  # a RocksDB checkpoint at 256, prefix 2 -> 1
+        ("datastream_thread_2.3", 17),  # every state kind and timers
+        ("datastream_windows_thread_2.3", 4096),
+    ],
+)
+def test_max_parallelism_moves_every_key_to_flinks_key_group(tmp_path, case, new_max):
+    from statecat.readers.savepoint_writer import key_group_range
+    from tests.acceptance import check_key_groups
+
+    dst = tmp_path / "out"
+    write_savepoint(str(savepoint_dir(case)), str(dst), max_parallelism=new_max)
+    meta = load_state_meta(str(dst))
+    assert {op.max_parallelism for op in meta.operators} == {new_max}
+    for op, state in iter_states(load_expected(case)):
+        check_state_rows(dst, op, state)  # the same rows, the job's input
+    assert check_key_groups(dst) > 0  # each key in the key-group Flink assigns it under new_max
+    for op in meta.operators:
+        for state in op.states:
+            for location in state.keyed_locations if state.is_keyed else ():
+                first, last = key_group_range(new_max, op.parallelism, location.subtask)
+                assert (location.start_key_group, location.start_key_group + len(location.offsets) - 1) == (first, last)
+
+
+def test_max_parallelism_below_an_operators_parallelism_is_refused(tmp_path):
+    with pytest.raises(UnsupportedError, match="parallelism 3, above the max parallelism 2"):
+        write_savepoint(str(savepoint_dir("sql_join_2.3")), str(tmp_path / "out"), max_parallelism=2)
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,214 @@
+"""One keyed state's entries of a key-group as rows and back: what an edit reads and writes.
+
+Rows are what ``statecat read`` shows (``key``, ``namespace``, ``value``, as pyarrow's
+``to_pylist`` gives them). Entries are the canonical pairs (composite key with its key-group
+prefix, value as RocksDB keeps it): one per value, list or timer, one per map entry. A row keeps
+the entries it was decoded from, so rows an edit does not touch are written back byte for byte.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, TIMER_TIMESTAMP_FLIP
+from statecat.readers.framing import Entry
+from statecat.readers.keygroups import key_group_for
+from statecat.readers.native_rocksdb import key_group_prefix
+from statecat.readers.scan import KeyedStateScanner
+from statecat.statemeta.errors import UnsupportedError
+from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta
+from statecat.statemeta.types import TypeDescriptor, key_column_type
+
+TTL_TIMESTAMP_BYTES = 8
+MAP_VALUE_NULL = b"\x01"
+MAP_VALUE_PRESENT = b"\x00"
+
+
+@dataclass
+class StateRow:
+    """A row of the state with the entries it came from (None: a row the edit created)."""
+
+    key: Any
+    namespace: Any
+    value: Any
+    entries: list[Entry] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "namespace": self.namespace, "value": self.value}
+
+
+def _bytes_encoder(desc: TypeDescriptor, what: str, state: StateInfo) -> Callable[[Any], bytes]:
+    if desc.raw_reasons():
+        raise UnsupportedError(
+            f"the {what} of state {state.name!r} is shown only as bytes ({'; '.join(desc.raw_reasons())}), "
+            f"so it cannot be written from an edited value; its bytes are copied unchanged when not edited",
+            state=state.name,
+        )
+    from statecat.readers.encoders import build_encoder
+
+    encoder = build_encoder(desc)
+
+    def encode(value: Any) -> bytes:
+        out = bytearray()
+        encoder(value, out)
+        return bytes(out)
+
+    return encode
+
+
+def _length_trailer(n: int) -> bytes:
+    """Flink's little-endian base-256 length after an ambiguous key or namespace."""
+    out = bytearray([n & 0xFF])
+    n >>= 8
+    while n:
+        out.append(n & 0xFF)
+        n >>= 8
+    return bytes(out)
+
+
+class EntryCodec:
+    """Decodes and encodes one keyed state's entries (built once per state, used per key-group)."""
+
+    def __init__(self, meta: StateMeta, operator: OperatorMeta, state: StateInfo) -> None:
+        self.operator = operator
+        self.state = state
+        self.scanner = KeyedStateScanner(meta, operator, state)
+        self.kind = self.scanner.value_kind  # value | list | map | timer | element
+        self.prefix_bytes = operator.key_group_prefix_bytes
+        key_type = state.key_type
+        self.key_type = key_type
+        self.wrap_key = key_column_type(key_type) is not key_type
+        namespace = state.namespace or TypeDescriptor.of("void_namespace")
+        self.ambiguous = self.scanner.ambiguous
+        self._encoders: dict[str, Callable[[Any], bytes]] = {}
+        self._descs = {"key": key_type, "namespace": namespace}
+        value = state.value
+        self.ttl = value.kind == "ttl"
+        if self.kind == "list":
+            element = value.child("element")
+            self.ttl = element.kind == "ttl"
+            self._descs["element"] = element.fields[0][1] if self.ttl else element
+        elif self.kind == "map":
+            map_value = value.child("value")
+            self.ttl = map_value.kind == "ttl"
+            self._descs["map key"] = value.child("key")
+            self._descs["map value"] = map_value.fields[0][1] if self.ttl else map_value
+        elif self.kind == "value":
+            self._descs["value"] = value.fields[0][1] if self.ttl else value
+
+    def encoder(self, part: str) -> Callable[[Any], bytes]:
+        encode = self._encoders.get(part)
+        if encode is None:
+            encode = self._encoders[part] = _bytes_encoder(self._descs[part], part, self.state)
+        return encode
+
+    def writable(self) -> None:
+        """Raises when rows of this state cannot be written from values (checked before writing)."""
+        if self.kind == "element":
+            raise UnsupportedError(
+                f"timer state {self.state.name!r} holds elements statecat cannot decode", state=self.state.name
+            )
+        for part in self._descs:
+            self.encoder(part)
+
+    # -- decoding
+
+    def rows(self, key_group: int, entries: Sequence[Entry]) -> list[StateRow]:
+        if not entries:
+            return []
+        decoded = self.scanner.decode_entries(key_group, entries).to_pylist()
+        rows = []
+        at = 0
+        for record in decoded:
+            n = len(record["value"]) if self.kind == "map" else 1
+            rows.append(StateRow(record["key"], record["namespace"], record["value"], list(entries[at : at + n])))
+            at += n
+        if at != len(entries):
+            raise UnsupportedError(
+                f"state {self.state.name!r}: {len(entries)} entries of key-group {key_group} decoded into rows "
+                f"covering {at}",
+                state=self.state.name,
+            )
+        return rows
+
+    # -- encoding
+
+    def key_group(self, key: Any) -> int:
+        return key_group_for(key, self.key_type, self.operator.max_parallelism)
+
+    def composite_key(self, key_group: int, key: Any, namespace: Any) -> bytes:
+        key_bytes = self.encoder("key")({self.key_type.fields[0][0]: key} if self.wrap_key else key)
+        namespace_bytes = self.encoder("namespace")(namespace)
+        prefix = key_group_prefix(key_group, self.prefix_bytes)
+        if self.ambiguous:
+            return (
+                prefix
+                + key_bytes
+                + _length_trailer(len(key_bytes))
+                + namespace_bytes
+                + _length_trailer(len(namespace_bytes))
+            )
+        return prefix + key_bytes + namespace_bytes
+
+    def entries(self, key_group: int, row: StateRow, original: StateRow | None = None) -> list[Entry]:
+        """The canonical entries of ``row``; TTL timestamps come from ``original`` (the row before
+        the edit) where it had the element, else the current time, as Flink stamps a write."""
+        now = int(time.time() * 1000).to_bytes(TTL_TIMESTAMP_BYTES, "big", signed=True)
+        if self.kind == "timer":
+            stamp = ((row.value + TIMER_TIMESTAMP_FLIP) & ((1 << 64) - 1)).to_bytes(8, "big")
+            composite = self.composite_key(key_group, row.key, row.namespace)
+            prefix = key_group_prefix(key_group, self.prefix_bytes)
+            # A timer's element is timestamp | key | namespace: the composite without the prefix.
+            return [(prefix + stamp + composite[len(prefix) :], b"")]
+        composite = self.composite_key(key_group, row.key, row.namespace)
+        old = original.entries if original is not None and original.entries else []
+        if self.kind == "value":
+            stamp = old[0][1][:TTL_TIMESTAMP_BYTES] if self.ttl and old else now
+            payload = self.encoder("value")(row.value)
+            return [(composite, stamp + payload if self.ttl else payload)]
+        if self.kind == "list":
+            if not row.value:
+                return []  # Flink keeps no entry for an empty list
+            if None in row.value:
+                raise UnsupportedError(
+                    f"list state {self.state.name!r} cannot hold a NULL element", state=self.state.name
+                )
+            encode = self.encoder("element")
+            stamps = _list_stamps(old[0][1], self) if self.ttl and old else []
+            parts = []
+            for i, element in enumerate(row.value):
+                payload = encode(element)
+                parts.append((stamps[i] if i < len(stamps) else now) + payload if self.ttl else payload)
+            return [(composite, bytes([LIST_ELEMENT_DELIMITER]).join(parts))]
+        # map: one entry per map entry, ordered by the user key's bytes as RocksDB orders them
+        encode_key, encode_value = self.encoder("map key"), self.encoder("map value")
+        old_by_key = dict(old)
+        out = []
+        for user_key, user_value in row.value:
+            full_key = composite + encode_key(user_key)
+            if user_value is None:
+                out.append((full_key, MAP_VALUE_NULL))
+                continue
+            payload = encode_value(user_value)
+            if self.ttl:
+                previous = old_by_key.get(full_key)
+                stamp = previous[1 : 1 + TTL_TIMESTAMP_BYTES] if previous and previous[:1] == MAP_VALUE_PRESENT else now
+                payload = stamp + payload
+            out.append((full_key, MAP_VALUE_PRESENT + payload))
+        return sorted(out)
+
+
+def _list_stamps(value: bytes, codec: EntryCodec) -> list[bytes]:
+    """The TTL timestamps of a stored list's elements, in order."""
+    from statecat.readers.decoders import build_decoder
+
+    decode = build_decoder(codec._descs["element"])
+    stamps, pos = [], 0
+    while pos < len(value):
+        stamps.append(value[pos : pos + TTL_TIMESTAMP_BYTES])
+        _, pos = decode(value, pos + TTL_TIMESTAMP_BYTES)
+        pos += 1  # the delimiter
+    return stamps
