@@ -27,6 +27,7 @@ _EXPORTS = {
     "prepare": "spark.queries",
     "session": "servers.sessions",
     "REGISTRY_TABLE": "spark.registry",
+    "write_savepoint": "spark.edits",
 }
 # Modules documented under their old place (``from statecat.catalog import plots``).
 _MODULES = {"plots": "report.plots"}

@@ -8,17 +8,16 @@ SQL key is first encoded into the binary row Flink would build for it.
 from __future__ import annotations
 
 import struct
-from decimal import Decimal
-from typing import Any, cast
+from typing import Any
 
 import mmh3
 
-from statecat.readers.decoders import ROW_KIND_BITS
-from statecat.statemeta.errors import UnsupportedError
+from statecat.statemeta.errors import StatecatError, UnsupportedError
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
 BINARY_ROW_HASH_SEED = 42
 ROW_KIND_INSERT = 0
+ROW_LENGTH_BYTES = 4  # BinaryRowDataSerializer frames the row with its length
 INT32_MIN = -(1 << 31)
 
 
@@ -92,57 +91,15 @@ def key_group_for(value: Any, key_type: TypeDescriptor, max_parallelism: int) ->
 
 
 def serialized_key(value: Any, key_type: TypeDescriptor) -> bytes | None:
-    """The bytes Flink's key serializer writes for ``value`` (as the ``key`` column shows it), for
-    the key types a native RocksDB read can seek to; None for other types (then the reader reads
-    the key's whole key-group)."""
-    if key_column_type(key_type) is not key_type:
-        value = {key_type.fields[0][0]: value}
-    try:
-        return _serialized(value, key_type)
-    except (UnsupportedError, TypeError, ValueError, OverflowError, KeyError, IndexError, struct.error):
-        return None
+    """The bytes Flink's key serializer writes for ``value`` (as the ``key`` column shows it), or
+    None when it cannot be written (then the reader reads the key's whole key-group)."""
+    from statecat.readers.encoders import build_key_encoder
 
-
-def _serialized(value: Any, key_type: TypeDescriptor) -> bytes | None:
-    kind = key_type.kind
-    if kind in ("row", "tuple"):
-        parts = [
-            value.get(name) if isinstance(value, dict) else value[i] for i, (name, _) in enumerate(key_type.fields)
-        ]
-        fields = [b"" if part is None else _serialized(part, field) for part, (_, field) in zip(parts, key_type.fields)]
-        if any(f is None for f in fields):
-            return None
-        # Casts below: no field is None (returned above).
-        if kind == "tuple":
-            return None if any(p is None for p in parts) else b"".join(cast("list[bytes]", fields))
-        # Row: a null mask (most significant bit first, after the RowKind bits), then the fields.
-        skip = ROW_KIND_BITS if key_type.attr("row_kind", False) else 0
-        mask = bytearray((len(parts) + skip + 7) // 8)
-        for i, part in enumerate(parts):
-            if part is None:
-                mask[(i + skip) // 8] |= 0x80 >> ((i + skip) % 8)
-        return bytes(mask) + b"".join(cast("list[bytes]", fields))
-    if kind in ("string", "string_data"):
-        return _string_value(str(value))
-    if kind == "long":
-        return struct.pack(">q", int(value))
-    if kind == "int":
-        return struct.pack(">i", int(value))
-    if kind == "rowdata":
-        row = encode_binary_row(value, key_type)
-        return struct.pack(">i", len(row)) + row
-    return None
-
-
-def _string_value(text: str) -> bytes:
-    """StringValue.writeString: length + 1, then each UTF-16 unit, as 7-bit groups low first."""
-    units = text.encode("utf-16-be")
     out = bytearray()
-    for number in [len(units) // 2 + 1] + [int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)]:
-        while number >= 0x80:
-            out.append((number & 0x7F) | 0x80)
-            number >>= 7
-        out.append(number)
+    try:
+        build_key_encoder(key_type)(value, out)
+    except (StatecatError, TypeError, ValueError, OverflowError, KeyError, IndexError, struct.error):
+        return None
     return bytes(out)
 
 
@@ -150,54 +107,14 @@ def subtask_for_key_group(key_group: int, parallelism: int, max_parallelism: int
     return key_group * parallelism // max_parallelism
 
 
-# ----------------------------------------------------------------------------- BinaryRowData encoding
-
-_FIXED_FORMATS = {
-    "BOOLEAN": "<?",
-    "TINYINT": "<b",
-    "SMALLINT": "<h",
-    "INTEGER": "<i",
-    "DATE": "<i",
-    "BIGINT": "<q",
-    "FLOAT": "<f",
-    "DOUBLE": "<d",
-}
-
-
 def encode_binary_row(value: Any, desc: TypeDescriptor) -> bytes:
-    """The BinaryRowData bytes Flink builds for a row of the given logical field types (keys only)."""
-    fields = desc.fields
-    arity = len(fields)
-    header = ((arity + 63 + 8) // 64) * 8
-    fixed = bytearray(header + 8 * arity)
-    variable = bytearray()
-    for i, (name, field) in enumerate(fields):
-        part = value.get(name) if isinstance(value, dict) else value[i]
-        slot = header + 8 * i
-        if part is None:
-            bit = 8 + i
-            fixed[bit >> 3] |= 1 << (bit & 7)
-            continue
-        kind = field.kind
-        if kind in _FIXED_FORMATS:
-            struct.pack_into(_FIXED_FORMATS[kind], fixed, slot, part)
-        elif kind in ("CHAR", "VARCHAR", "BINARY", "VARBINARY"):
-            data = part.encode("utf-8") if isinstance(part, str) else bytes(part)
-            if len(data) <= 7:
-                fixed[slot : slot + len(data)] = data
-                fixed[slot + 7] = 0x80 | len(data)
-            else:
-                offset = header + 8 * arity + len(variable)
-                struct.pack_into("<Q", fixed, slot, (offset << 32) | len(data))
-                variable += data + bytes(-len(data) % 8)
-        elif kind == "DECIMAL" and field.attr("precision") <= 18:
-            unscaled = int(Decimal(part).scaleb(field.attr("scale")))
-            struct.pack_into("<q", fixed, slot, unscaled)
-        elif kind in ("TIMESTAMP_WITHOUT_TIME_ZONE", "TIMESTAMP_WITH_LOCAL_TIME_ZONE") and field.attr("precision") <= 3:
-            struct.pack_into("<q", fixed, slot, int(part) // 1000)
-        else:
-            raise UnsupportedError(
-                f"statecat cannot compute the key-group of SQL keys with a {field.describe()} field",
-                hint="Read the state without a key filter",
-            )
-    return bytes(fixed + variable)
+    """The BinaryRowData bytes Flink hashes for a SQL key (the serializer's output without its length)."""
+    from statecat.readers.encoders import encode
+
+    try:
+        return encode(desc, value, what="key")[ROW_LENGTH_BYTES:]
+    except StatecatError as exc:
+        raise UnsupportedError(
+            f"statecat cannot compute the key-group of SQL key {value!r}: {exc.message}",
+            hint="Read the state without a key filter",
+        ) from None

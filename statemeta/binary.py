@@ -163,14 +163,19 @@ def decode_modified_utf8(raw: bytes, file: str, offset: int) -> str:
 
 
 def encode_modified_utf8(text: str) -> bytes:
-    """The inverse of ``decode_modified_utf8``: NUL as C0 80, supplementary characters as two
-    three-byte surrogates (what Java's ``writeUTF`` and Flink's StringValue writers produce)."""
-    raw = text.encode("utf-8")
-    if b"\x00" not in raw and all(ord(c) < 0x10000 for c in text):
-        return raw
-    units = text.encode("utf-16-be", "surrogatepass")
-    pieces = [chr(int.from_bytes(units[i : i + 2], "big")) for i in range(0, len(units), 2)]
-    return "".join(pieces).encode("utf-8", "surrogatepass").replace(b"\x00", b"\xc0\x80")
+    """The inverse of ``decode_modified_utf8``: Java's modified UTF-8 of the UTF-16 code units
+    (U+0000 as C0 80, each surrogate of a pair as its own three-byte sequence)."""
+    if text.isascii() and "\x00" not in text:
+        return text.encode("ascii")
+    encoded = bytearray()
+    for (unit,) in struct.iter_unpack(">H", text.encode("utf-16-be", "surrogatepass")):
+        if 0 < unit < 0x80:
+            encoded.append(unit)
+        elif unit < 0x800:
+            encoded += bytes((0xC0 | unit >> 6, 0x80 | unit & 0x3F))
+        else:
+            encoded += bytes((0xE0 | unit >> 12, 0x80 | unit >> 6 & 0x3F, 0x80 | unit & 0x3F))
+    return bytes(encoded)
 
 
 # Java's writeUTF prefixes the byte length as an unsigned 16-bit number.

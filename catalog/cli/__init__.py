@@ -32,6 +32,7 @@ COMMANDS = [
     "key",
     "history",
     "diff",
+    "write",
     "report",
     "snapshot",
     "watch",

@@ -9,7 +9,10 @@ What lives here, by job:
   ``discovery`` (database names), ``registry`` (``statecat.savepoints``), ``databases``
   (``attach``), ``relocation`` (``detach``, ``relocate``), ``catalog_views`` (``statecat.states``,
   ``statecat.operators``) and ``sql_forms`` (``statecat.key_view``, ``statecat.diff``);
-* ``queries``: SQL over attached savepoints, creating the databases a query names first.
+* ``queries``: SQL over attached savepoints, creating the databases a query names first;
+* state surgery: ``edits`` (statements understood against a savepoint's tables, the key-group
+  editor ``statecat write`` runs) and ``edit_sql`` (their expressions typed and evaluated with
+  Spark SQL's semantics, row by row, without a JVM).
 
 May import: ``statemeta``, ``readers``, ``catalog.render`` and ``catalog.report``. Not ``catalog.servers``, ``catalog.lake`` or ``catalog.cli``: those build
 on this package. Importing it imports no Spark; its modules import pyspark where they need it.

@@ -4,6 +4,15 @@ Runs inside the PyFlink virtualenv (imported by the job scripts next to it). Eve
 the same protocol: build the pipeline, submit it asynchronously, wait until the stateful operator
 has received all input (REST metrics of the local MiniCluster), stop the job with a CANONICAL
 savepoint and write {"savepoint": path, ...} as JSON to --result.
+
+Restoring (tests/fixtures/restore.py): `--restore DIR` starts the job from the savepoint or
+retained checkpoint DIR (`execution.state-recovery.path`, NO_CLAIM, unclaimed state refused) and
+checks through REST that Flink did restore from it; `--output FILE` makes the job also print its
+results (each job script adds a print sink) and points the JVM's System.out at FILE, so FILE
+holds those lines and nothing else. The protocol is otherwise the same: --records counts the
+records of the new input only (metrics start at zero in a restored job), and the stop with a
+savepoint, whose barrier follows every counted record through every operator, is what makes all
+their output lines written when the job ends. Without these options nothing changes.
 """
 
 import argparse
@@ -38,6 +47,17 @@ def arg_parser(description):
         " successive: see add_phase_args",
     )
     add_phase_args(p)
+    p.add_argument(
+        "--restore",
+        metavar="DIR",
+        help="start from this savepoint (or retained checkpoint) directory; state it holds that the"
+        " job cannot map fails the restore",
+    )
+    p.add_argument(
+        "--output",
+        metavar="FILE",
+        help="also print the job's results (one line per record of its print sink) into FILE",
+    )
     return p
 
 
@@ -147,6 +167,8 @@ def make_config(args, rest_port):
         if flink_version().startswith("1."):
             conf["state.backend.incremental"] = "true"
             conf["state.checkpoints.num-retained"] = retained
+    if getattr(args, "restore", None):
+        conf.update(restore_conf(args.restore))
     for kv in args.conf:
         k, _, v = kv.partition("=")
         conf[k] = v
@@ -154,7 +176,37 @@ def make_config(args, rest_port):
     c = Configuration()
     for k, v in conf.items():
         c.set_string(k, v)
+    if getattr(args, "output", None):
+        redirect_stdout(args.output)
     return c
+
+
+def restore_conf(path):
+    """Options restoring a job from `path`. 1.20 and 2.x read StateRecoveryOptions
+    (`execution.state-recovery.*`, whose deprecated keys are `execution.savepoint.path`,
+    `execution.savepoint.ignore-unclaimed-state` and `execution.savepoint-restore-mode`); both
+    spellings of ignore-unclaimed-state are set false (the default, made explicit): state of the
+    snapshot that no operator of the job claims fails the restore instead of being dropped.
+    NO_CLAIM: Flink neither takes ownership of nor deletes the snapshot (it may be a committed
+    fixture)."""
+    return {
+        "execution.state-recovery.path": "file://" + os.path.abspath(path),
+        "execution.state-recovery.ignore-unclaimed-state": "false",
+        "execution.savepoint.ignore-unclaimed-state": "false",
+        "execution.state-recovery.claim-mode": "NO_CLAIM",
+    }
+
+
+def redirect_stdout(path):
+    """Points the JVM's System.out (the local MiniCluster's task threads run in the gateway JVM)
+    at `path`, UTF-8, flushed at every println: print sinks opened afterwards write there, one
+    whole line per record (PrintStream.println holds the stream's lock), while Flink's logs go
+    to their files and Python's own stdout stays where it was."""
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    stream = jvm.java.io.PrintStream(jvm.java.io.FileOutputStream(os.path.abspath(path), True), True, "UTF-8")
+    jvm.java.lang.System.setOut(stream)
 
 
 class Rest:
@@ -229,7 +281,7 @@ def wait_for_records(rest, targets, timeout):
     def cond():
         status = rest.job()["state"]
         if status in ("FAILED", "CANCELED", "FINISHED"):
-            raise RuntimeError(f"job is {status} before the savepoint")
+            raise RuntimeError(f"job is {status} before the savepoint{root_exception(rest)}")
         seen = []
         for name, metric, want in targets:
             m = rest.vertex_metric(rest.vertex_id(name), metric)
@@ -246,6 +298,40 @@ def wait_for_records(rest, targets, timeout):
         return True
 
     wait_until(cond, timeout, "all input to reach the stateful operators")
+
+
+def root_exception(rest):
+    """': <Flink's root exception of the job>' (e.g. why a restore was refused), or ''."""
+    try:
+        root = rest.get(f"/jobs/{rest.job_id}/exceptions").get("root-exception")
+    except (OSError, ValueError):
+        return ""
+    return f": {root}" if root else ""
+
+
+def wait_for_restore(rest, path, timeout):
+    """Waits until the job runs and checks that Flink restored it from `path` (the checkpoint
+    statistics' `latest.restored.external_path`): a configuration key that a release ignores
+    would otherwise start the job from empty state without a word. A refused restore (state
+    the job cannot map, an unreadable snapshot) fails the job: its root exception is raised."""
+    want = os.path.realpath(path).rstrip("/")
+
+    def cond():
+        status = rest.job()["state"]
+        if status in ("FAILED", "CANCELED", "FINISHED"):
+            raise RuntimeError(f"job is {status} instead of restored from {path}{root_exception(rest)}")
+        if status != "RUNNING":
+            return status
+        restored = (rest.get(f"/jobs/{rest.job_id}/checkpoints").get("latest") or {}).get("restored")
+        if not restored:
+            raise RuntimeError(f"job runs but did not restore from {path}: no restored checkpoint in its statistics")
+        got = restored.get("external_path") or ""
+        got = got[len("file:") :] if got.startswith("file:") else got
+        if os.path.realpath(got).rstrip("/") != want:
+            raise RuntimeError(f"job restored from {got!r}, not from {path}")
+        return True
+
+    wait_until(cond, timeout, f"the job to run restored from {path}")
 
 
 def stop_with_savepoint(job_client, target_dir, fmt_name="CANONICAL", timeout=300):
@@ -329,6 +415,8 @@ def successive(args, rest, job_client, targets):
 def finish(args, rest, job_client, targets):
     """Waits for `targets` (see wait_for_records), stops the job with a canonical savepoint and
     writes {"savepoint": local path, "job_id": ...} to args.result."""
+    if getattr(args, "restore", None):
+        wait_for_restore(rest, args.restore, args.timeout)
     if args.snapshot == "successive":
         return successive(args, rest, job_client, targets)
     wait_for_records(rest, targets, args.timeout)
@@ -340,5 +428,9 @@ def finish(args, rest, job_client, targets):
         )
     if path.startswith("file:"):
         path = path[len("file:") :]
+    if getattr(args, "output", None):  # the job has ended: every print sink line is written
+        from pyflink.java_gateway import get_gateway
+
+        get_gateway().jvm.java.lang.System.out.flush()
     with open(args.result, "w") as f:
         json.dump({"savepoint": path, "job_id": str(job_client.get_job_id())}, f)

@@ -15,7 +15,13 @@ Operator uid "keyed-fn", name "My Keyed Fn", keyed by the String key. Per record
 
 `--mode process|thread` selects python.execution-mode; state names/serializers differ
 (see tests/fixtures/README.md).
+
+--output FILE: per record the function emits, after its updates, one JSON line with the record
+and every state as the function sees it (`new`: the key had no state before), printed by a print
+sink (`out:<subtask>> {...}`). Without it the function emits the key, to no sink (unchanged).
 """
+
+import json
 
 from pyflink.common import Duration, Types, WatermarkStrategy
 from pyflink.datastream import StreamExecutionEnvironment
@@ -50,6 +56,9 @@ class Avg(AggregateFunction):
 
 
 class AllStates(KeyedProcessFunction):
+    def __init__(self, emit_states=False):
+        self.emit_states = emit_states
+
     def open(self, ctx: RuntimeContext):
         self.count = ctx.get_state(ValueStateDescriptor("count", Types.LONG()))
         self.items = ctx.get_list_state(ListStateDescriptor("items", Types.STRING()))
@@ -78,7 +87,24 @@ class AllStates(KeyedProcessFunction):
             lo, hi = info["span"]
             info = {"first": info["first"], "last": v, "span": (min(lo, v), max(hi, v))}
         self.info.update(info)
-        yield value[0]
+        if not self.emit_states:
+            yield value[0]
+            return
+        yield json.dumps(
+            {
+                "key": value[0],
+                "v": v,
+                "tag": tag,
+                "new": n is None,
+                "count": self.count.value(),
+                "items": list(self.items.get()),
+                "per_tag": dict(self.per_tag.items()),
+                "max_v": self.max_v.get(),
+                "avg": self.avg.get(),
+                "info": info,
+            },
+            sort_keys=True,
+        )
 
 
 def parse(line):
@@ -91,6 +117,7 @@ def main():
     p.add_argument("--input", required=True, help="directory with key,value,tag lines")
     p.add_argument("--records", type=int, required=True)
     p.add_argument("--mode", choices=["process", "thread"], default="process")
+    p.add_argument("--keyed-uid", default="keyed-fn", help="the keyed function's uid (a restore under a new uid)")
     args = p.parse_args()
     args.conf.append(f"python.execution-mode={args.mode}")
     # Timers registered by Python code reach the Java timer service as mailbox actions after
@@ -105,17 +132,19 @@ def main():
         .monitor_continuously(Duration.of_seconds(1))
         .build()
     )
-    (
+    keyed = (
         env.from_source(source, WatermarkStrategy.no_watermarks(), "lines")
         .uid("lines")
         .map(parse, output_type=Types.TUPLE([Types.STRING(), Types.LONG(), Types.STRING()]))
         .uid("parse")
         .name("parse")
         .key_by(lambda r: r[0], key_type=Types.STRING())
-        .process(AllStates(), output_type=Types.STRING())
-        .uid("keyed-fn")
+        .process(AllStates(emit_states=bool(args.output)), output_type=Types.STRING())
+        .uid(args.keyed_uid)
         .name("My Keyed Fn")
     )
+    if args.output:
+        keyed.print("out")
     client = env.execute_async("datastream_keyed")
     rest = _common.Rest(port, str(client.get_job_id()))
     _common.finish(args, rest, client, [("My Keyed Fn", "numRecordsIn", args.records)])

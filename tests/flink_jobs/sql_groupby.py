@@ -3,6 +3,11 @@
 State: one GroupAggregate operator, keyed by `word`, ValueState `accState` (RowData of the
 accumulators). The source keeps running (directory monitoring), so the job can be stopped with
 a savepoint once the aggregate has received every input row.
+
+--output FILE: the sink is the `print` connector instead of `blackhole` (same plan shape: one
+sink chained to the aggregate, no state, so the operator ids and a savepoint's mapping do not
+change), printing the aggregate's changelog: `out:<subtask>> +I[word, cnt, total]`, and
+`-U[...]`/`+U[...]` pairs (the print sink asks for UPDATE_BEFORE, blackhole does not).
 """
 
 import os
@@ -30,9 +35,10 @@ def main():
           -- continuous monitoring keeps the source (and the job) RUNNING after the input
           'source.monitor-interval' = '1s'
         )""")
-    t_env.execute_sql("""
+    sink = "'connector' = 'print', 'print-identifier' = 'out'" if args.output else "'connector' = 'blackhole'"
+    t_env.execute_sql(f"""
         CREATE TABLE snk (word STRING, cnt BIGINT, total BIGINT)
-        WITH ('connector' = 'blackhole')""")
+        WITH ({sink})""")
     result = t_env.execute_sql(
         "INSERT INTO snk SELECT word, COUNT(*) AS cnt, SUM(amount) AS total FROM src GROUP BY word"
     )

@@ -1,0 +1,242 @@
+"""SQL edits written into savepoints (catalog/spark/edits.py), checked without Flink: the written
+savepoint holds the job's input (expected.json) plus exactly the edit, `statecat diff` reports
+exactly the edit, and statements that are not understood are refused before anything is written.
+Restores of edited savepoints in real Flink: tests/test_write_restore.py."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from statecat.catalog.spark.edit_sql import EditError
+from statecat.catalog.spark.edits import write_savepoint
+from statecat.readers import diff_savepoints
+from statecat.statemeta.errors import StatecatError
+from tests.acceptance import check_state_rows
+from tests.fixtures.expected import load_expected, savepoint_dir
+
+
+def _expected(case: str, state: str, uid: str | None = None) -> tuple[dict, dict]:
+    for op in load_expected(case)["operators"]:
+        for s in op["states"]:
+            if s["name"] == state and (uid is None or op.get("uid") == uid):
+                return op, copy.deepcopy(s)
+    raise AssertionError(f"{case} has no state {state}")
+
+
+def _row(rows: list[dict], key, namespace=None) -> dict:
+    (row,) = [r for r in rows if r["key"] == key and r["namespace"] == namespace]
+    return row
+
+
+def _changes(src, dst) -> list[dict]:
+    return [c.as_dict() for c in diff_savepoints(str(src), str(dst)).changes()]
+
+
+def test_update_one_key_of_a_sql_aggregate(tmp_path):
+    case = "sql_groupby_hashmap_2.3"
+    op, state = _expected(case, "accState")
+    before = _row(state["rows"], "key_662")["value"]
+    dst = tmp_path / "out"
+    result = write_savepoint(
+        str(savepoint_dir(case)),
+        str(dst),
+        sql="UPDATE accstate SET value = named_struct('f0', value.f0 + 1, 'f1', value.f1 - 1000) WHERE key = 'key_662'",
+    )
+    assert [s.matched for s in result.statements] == [1]
+    assert result.summary.key_groups_rebuilt == 1  # only key_662's key-group was decoded
+    _row(state["rows"], "key_662")["value"] = {"f0": before["f0"] + 1, "f1": before["f1"] - 1000}
+    check_state_rows(dst, op, state)
+    (change,) = _changes(savepoint_dir(case), dst)
+    assert (change["change"], change["key"], change["new"]) == (
+        "changed",
+        "key_662",
+        {"f0": before["f0"] + 1, "f1": before["f1"] - 1000},
+    )
+
+
+def test_nested_field_assignment_and_a_value_predicate(tmp_path):
+    case = "sql_groupby_rocksdb_2.3"
+    op, state = _expected(case, "accState")
+    dst = tmp_path / "out"
+    write_savepoint(str(savepoint_dir(case)), str(dst), sql="UPDATE accstate SET value.f1 = 0 WHERE value.f0 >= 5")
+    hits = 0
+    for row in state["rows"]:
+        if row["value"]["f0"] >= 5:
+            row["value"]["f1"] = 0
+            hits += 1
+    assert hits > 0
+    check_state_rows(dst, op, state)
+    assert len(_changes(savepoint_dir(case), dst)) == hits
+
+
+def test_delete_and_insert(tmp_path):
+    case = "sql_groupby_hashmap_2.3"
+    op, state = _expected(case, "accState")
+    dst = tmp_path / "out"
+    result = write_savepoint(
+        str(savepoint_dir(case)),
+        str(dst),
+        sql=[
+            "DELETE FROM accstate WHERE key IN ('key_1', 'key_2', 'no_such_key')",
+            "INSERT INTO accstate (key, value) VALUES ('brand_new', named_struct('f0', 1, 'f1', 99))",
+        ],
+    )
+    assert [s.matched for s in result.statements] == [2, 1]
+    state["rows"] = [r for r in state["rows"] if r["key"] not in ("key_1", "key_2")]
+    state["rows"].append({"key": "brand_new", "namespace": None, "value": {"f0": 1, "f1": 99}})
+    check_state_rows(dst, op, state)
+    kinds = sorted((c["change"], c["key"]) for c in _changes(savepoint_dir(case), dst))
+    assert kinds == [("added", "brand_new"), ("removed", "key_1"), ("removed", "key_2")]
+
+
+@pytest.mark.parametrize(
+    "case", ["datastream_thread_2.3", "datastream_checkpoint_thread_2.3", "datastream_checkpoint_rocksdb_2.3"]
+)
+def test_value_list_map_and_timer_states(tmp_path, case):
+    """A canonical savepoint, a heap checkpoint and a RocksDB checkpoint of the same job."""
+    key = _expected(case, "count", "keyed-fn")[1]["rows"][0]["key"]
+    dst = tmp_path / "out"
+    write_savepoint(
+        str(savepoint_dir(case)),
+        str(dst),
+        sql=[
+            f"UPDATE count SET value = value * 10 WHERE key = '{key}'",
+            f"UPDATE items SET value = array('fixed', value[0]) WHERE key = '{key}'",
+            f"UPDATE per_tag SET value = map('t9', 9L) WHERE key = '{key}'",
+            f"UPDATE timer_state_event_user_timers SET value = value + 1 WHERE key = '{key}'",
+        ],
+    )
+    for name, change in [
+        ("count", lambda v: v * 10),
+        ("items", lambda v: ["fixed", v[0]]),
+        ("per_tag", lambda v: {"t9": 9}),
+        ("_timer_state/event_user-timers", lambda v: v + 1),
+    ]:
+        op, state = _expected(case, name, "keyed-fn")
+        for row in state["rows"]:
+            if row["key"] == key:
+                row["value"] = change(row["value"])
+        check_state_rows(dst, op, state)
+
+
+def test_window_namespace(tmp_path):
+    case = "sql_window_2.3"
+    op, state = _expected(case, "window-aggs")
+    target = state["rows"][0]
+    dst = tmp_path / "out"
+    write_savepoint(
+        str(savepoint_dir(case)),
+        str(dst),
+        sql=f"UPDATE window_aggs SET value.f0 = 0 WHERE key = '{target['key']}' AND namespace = {target['namespace']}",
+    )
+    target["value"]["f0"] = 0
+    check_state_rows(dst, op, state)
+    assert len(_changes(savepoint_dir(case), dst)) == 1
+
+
+def test_deleting_a_key_everywhere_warns_about_its_timers(tmp_path):
+    case = "datastream_thread_2.3"
+    _, timers = _expected(case, "_timer_state/event_user-timers", "keyed-fn")
+    key = timers["rows"][0]["key"]
+    tables = ["count", "items", "per_tag", "max_v", "avg", "info"]
+    result = write_savepoint(
+        str(savepoint_dir(case)), str(tmp_path / "out"), sql=[f"DELETE FROM {t} WHERE key = '{key}'" for t in tables]
+    )
+    assert any("timer_state_event_user_timers" in w and key in w for w in result.warnings)
+
+
+# ----------------------------------------------------------------------------- refused before writing
+
+
+@pytest.mark.parametrize(
+    "statement,message",
+    [
+        ("UPDATE accstat SET value.f0 = 1 WHERE key = 'key_662'", "unknown table 'accstat'.*Did you mean 'accstate'"),
+        ("UPDATE accstate SET value.f9 = 1 WHERE key = 'key_662'", "has no field 'f9'"),
+        ("UPDATE accstate SET valu = 1", "unknown column 'valu'"),
+        ("UPDATE accstate SET value.f0 = 'abc' WHERE key = 'key_662'", "cannot assign STRING to value.f0 .BIGINT"),
+        ("UPDATE accstate SET value.f0 = 1 WHERE key = 662", "cannot compare STRING with INT"),
+        ("INSERT INTO accstate (key, value) VALUES (NULL, named_struct('f0', 1, 'f1', 2))", "key cannot be NULL"),
+        ("UPDATE accstate SET key = 'other' WHERE key = 'key_662'", "SET key is not supported"),
+        ("SELECT * FROM accstate", "SELECT statements cannot edit state"),
+        ("MERGE INTO accstate USING x ON true WHEN MATCHED THEN DELETE", "cannot edit state"),
+        ("UPDATE accstate SET value.f0 = sha2(key, 256) WHERE key = 'key_662'", "not supported in edits"),
+        ("UPDATE accstate SET value.f0 = 1 WHERE", "cannot parse"),
+        ("UPDATE sourcereaderstate SET value.split_id = 'x'", "only keyed state and timer tables"),
+    ],
+)
+def test_statements_not_understood_are_refused_before_writing(tmp_path, statement, message):
+    dst = tmp_path / "out"
+    with pytest.raises(EditError, match=message):
+        write_savepoint(str(savepoint_dir("sql_groupby_hashmap_2.3")), str(dst), sql=statement)
+    assert not dst.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_state_shown_as_bytes_cannot_be_edited_but_its_rows_can_be_deleted(tmp_path):
+    case = "datastream_process_2.3"  # PyFlink process mode without descriptors: coder bytes
+    with pytest.raises(EditError, match="python_state_avg.*shown only as bytes"):
+        write_savepoint(
+            str(savepoint_dir(case)),
+            str(tmp_path / "out"),
+            sql="UPDATE python_state_avg SET value = X'00' WHERE key = 'k_0'",
+        )
+    assert list(tmp_path.iterdir()) == []
+    write_savepoint(
+        str(savepoint_dir(case)), str(tmp_path / "out"), sql="DELETE FROM python_state_avg WHERE key = 'k_0'"
+    )
+    (change,) = _changes(savepoint_dir(case), tmp_path / "out")
+    assert (change["change"], change["key"]) == ("removed", "k_0")
+
+
+def test_a_byte_array_state_takes_a_binary_literal(tmp_path):
+    case = "datastream_thread_2.3"  # thread mode keeps pickles in byte[] states: bytes Flink knows as bytes
+    op, state = _expected(case, "avg", "keyed-fn")
+    write_savepoint(
+        str(savepoint_dir(case)), str(tmp_path / "out"), sql="UPDATE avg SET value = X'80' WHERE key = 'k_0'"
+    )
+    (change,) = _changes(savepoint_dir(case), tmp_path / "out")
+    assert (change["key"], change["new"]) == ("k_0", b"\x80")
+
+
+def test_ansi_overflow_fails_the_write_and_leaves_nothing(tmp_path):
+    with pytest.raises(StatecatError, match="ARITHMETIC_OVERFLOW"):
+        write_savepoint(
+            str(savepoint_dir("sql_groupby_hashmap_2.3")),
+            str(tmp_path / "out"),
+            sql="UPDATE accstate SET value.f0 = value.f0 + 9223372036854775807 WHERE key = 'key_662'",
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- the command
+
+
+def statecat(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_write_command_edits_and_records_provenance(tmp_path):
+    src = savepoint_dir("sql_groupby_hashmap_2.3")
+    dst = tmp_path / "out"
+    statement = "UPDATE accstate SET value.f0 = 7 WHERE key = 'key_662'"
+    done = statecat("write", str(src), "--out", str(dst), "--sql", statement, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["statements"] == [{"sql": statement, "rows": 1}]
+    info = json.loads((dst / "stateInfo").read_text())
+    import hashlib
+
+    assert info["provenance"]["statements"] == [statement]
+    assert info["provenance"]["source_metadata_sha256"] == hashlib.sha256((src / "_metadata").read_bytes()).hexdigest()
+    again = statecat("write", str(src), "--out", str(dst), "--sql", statement)
+    assert again.returncode == 2 and "exists" in again.stderr and "--overwrite" in again.stderr
+    bad = statecat("write", str(src), "--out", str(tmp_path / "bad"), "--sql", "UPDATE accstate SET value = 1")
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "cannot assign INT" in bad.stderr
+    assert not (tmp_path / "bad").exists()
