@@ -13,7 +13,7 @@ What is not edited keeps its bytes: an untouched canonical stream is copied whol
 key-group of an edited stream is copied as a byte range, operator state streams are copied whole.
 A native RocksDB instance becomes canonical by re-framing its column families' entries (the keys
 and values are already canonical bytes); a heap checkpoint by splitting its unframed entries with
-the states' decoders. Edits (``KeyGroupEditor``) see and return one key-group's entries at a time,
+the states' decoders. Edits (``StateEditor``) see and return one key-group's entries at a time,
 so memory stays bounded by a key-group.
 
 Nothing is written in SRC. DST is built in a hidden sibling directory and renamed into place last;
@@ -40,6 +40,7 @@ from statecat.statemeta.metadata import (
     InlineStream,
     KeyGroupsHandle,
     NativeRocksDBHandle,
+    OperatorStateEntry,
     OperatorStreamHandle,
     StreamHandle,
     SubtaskState,
@@ -60,6 +61,7 @@ from statecat.statemeta.model import (
     KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM,
     NATIVE_ROCKSDB_LAYOUT,
     KeyedLocation,
+    OperatorLocation,
     OperatorMeta,
     StateInfo,
     StateMeta,
@@ -80,8 +82,9 @@ COPY_CHUNK = 1 << 20
 COMPRESSION_FLAG_OFFSET = 4
 
 
-class KeyGroupEditor(Protocol):
-    """Changes some key-groups' entries; the SQL layer builds one from statements."""
+class StateEditor(Protocol):
+    """Changes some states; the SQL layer builds one from statements. The writer asks it which
+    key-groups and operator states it changes, and copies everything else untouched."""
 
     def key_groups(self, operator_id: str) -> frozenset[int]:
         """The key-groups of the operator this editor changes (others are copied untouched)."""
@@ -91,6 +94,22 @@ class KeyGroupEditor(Protocol):
         """The new entries of one key-group, by state name (composite keys with their key-group
         prefix, values as the state stores them). States left out of the result are unchanged."""
         ...
+
+    def operator_states(self, operator_id: str) -> frozenset[str]:
+        """The operator (list, union, broadcast) states of the operator this editor changes; the
+        name ``COORDINATOR_STATE`` stands for the source coordinator's checkpoint."""
+        ...
+
+    def edit_elements(
+        self, operator: OperatorMeta, state: str, subtask: int | None, elements: list[bytes]
+    ) -> list[bytes]:
+        """The new elements of an operator state on one subtask (a broadcast state: one element, the
+        serialized map; the coordinator: one element, its checkpoint bytes, subtask None)."""
+        ...
+
+
+# The coordinator's checkpoint as an editable "state" (statemeta names its table the same way).
+COORDINATOR_STATE = "_coordinator"
 
 
 @dataclass
@@ -114,7 +133,7 @@ def write_savepoint(
     *,
     drop_operators: Iterable[str] = (),
     set_uids: Mapping[str, str] | None = None,
-    editor: KeyGroupEditor | None = None,
+    editor: StateEditor | None = None,
     max_parallelism: int | None = None,
     overwrite: bool = False,
     provenance: dict | None = None,
@@ -171,7 +190,7 @@ def write_savepoint(
                     raw.name,
                     raw.parallelism,
                     new_max,
-                    out.inline_copy(meta, raw.coordinator) if raw.coordinator is not None else None,
+                    _coordinator(meta, operator_meta, raw.coordinator, editor, out),
                     subtasks,
                     raw.finished,
                     raw.finished_subtasks,
@@ -347,22 +366,90 @@ def _subtask(
     operator: OperatorMeta | None,
     operator_id: str,
     subtask: SubtaskState,
-    editor: KeyGroupEditor | None,
+    editor: StateEditor | None,
     out: _Output,
 ) -> SubtaskOut:
     return SubtaskOut(
         subtask.index,
-        _operator_handle(meta, subtask.managed_operator, out),
+        _operator_handle(meta, subtask.managed_operator, out, operator, subtask.index, editor),
         _operator_handle(meta, subtask.raw_operator, out),
         _keyed(meta, operator, operator_id, subtask, editor, out),
         _raw_keyed(meta, operator_id, subtask, out),
     )
 
 
-def _operator_handle(meta: StateMeta, handle: OperatorStreamHandle | None, out: _Output) -> OperatorStreamOut | None:
+def _coordinator(
+    meta: StateMeta,
+    operator: OperatorMeta | None,
+    handle: StreamHandle | None,
+    editor: StateEditor | None,
+    out: _Output,
+) -> InlineData | None:
     if handle is None:
         return None
-    return OperatorStreamOut(handle.entries, out.copy(meta, handle.stream))
+    copied = out.inline_copy(meta, handle)
+    if editor is None or operator is None or COORDINATOR_STATE not in editor.operator_states(operator.id):
+        return copied
+    (data,) = editor.edit_elements(operator, COORDINATOR_STATE, None, [copied.data])
+    return InlineData(copied.name, data)
+
+
+def _operator_handle(
+    meta: StateMeta,
+    handle: OperatorStreamHandle | None,
+    out: _Output,
+    operator: OperatorMeta | None = None,
+    subtask: int | None = None,
+    editor: StateEditor | None = None,
+) -> OperatorStreamOut | None:
+    if handle is None:
+        return None
+    edited = editor.operator_states(operator.id) if editor is not None and operator is not None else frozenset()
+    if operator is None or not edited & {e.name for e in handle.entries}:
+        return OperatorStreamOut(handle.entries, out.copy(meta, handle.stream))
+    return _rewrite_operator_stream(meta, operator, subtask, handle, edited, editor, out)
+
+
+def _rewrite_operator_stream(
+    meta: StateMeta,
+    operator: OperatorMeta,
+    subtask: int | None,
+    handle: OperatorStreamHandle,
+    edited: frozenset[str],
+    editor: StateEditor | None,
+    out: _Output,
+) -> OperatorStreamOut:
+    """An operator state stream with some states' elements replaced: the header and the other
+    states' elements are copied as bytes; each element's end is the next element's start."""
+    if any(
+        isinstance(loc, OperatorLocation) and loc.stream == handle.stream and loc.compressed
+        for s in operator.states
+        for loc in s.locations
+    ):
+        raise UnsupportedError(
+            f"operator {operator.label}: editing compressed operator state is not supported",
+            hint="Take the savepoint with execution.checkpointing.snapshot-compression off",
+        )
+    data = _read_all(meta, handle.stream)
+    starts = sorted(o for entry in handle.entries for o in entry.offsets)
+    header_end = starts[0] if starts else len(data)
+    ends = dict(zip(starts, starts[1:] + [len(data)]))
+    sink = bytearray(data[:header_end])
+    entries = []
+    # States keep their order in the stream (the order of their first elements).
+    for entry in sorted(handle.entries, key=lambda e: min(e.offsets) if e.offsets else len(data)):
+        elements = [data[o : ends[o]] for o in sorted(entry.offsets)]
+        if entry.name in edited and editor is not None:
+            elements = editor.edit_elements(operator, entry.name, subtask, elements)
+        offsets = []
+        for element in elements:
+            offsets.append(len(sink))
+            sink += element
+        entries.append(OperatorStateEntry(entry.name, entry.mode, tuple(offsets)))
+    out.summary.streams_rebuilt += 1
+    stream_sink = out.new_stream()
+    stream_sink.write(sink)
+    return OperatorStreamOut(tuple(entries), stream_sink.finish())
 
 
 def _raw_keyed(meta: StateMeta, operator_id: str, subtask: SubtaskState, out: _Output) -> KeyGroupsOut | None:
@@ -408,7 +495,7 @@ def _keyed(
     operator: OperatorMeta | None,
     operator_id: str,
     subtask: SubtaskState,
-    editor: KeyGroupEditor | None,
+    editor: StateEditor | None,
     out: _Output,
 ) -> KeyGroupsOut | None:
     handle = subtask.managed_keyed
@@ -444,7 +531,7 @@ class _KeyedRewrite:
         handle: KeyGroupsHandle | NativeRocksDBHandle,
         states: _StreamStates,
         touched: frozenset[int],
-        editor: KeyGroupEditor | None,
+        editor: StateEditor | None,
         out: _Output,
     ) -> None:
         self.meta = meta
@@ -619,7 +706,7 @@ class _Rekey:
         subtasks: tuple[SubtaskState, ...],
         parallelism: int,
         max_parallelism: int,
-        editor: KeyGroupEditor | None,
+        editor: StateEditor | None,
         out: _Output,
     ) -> None:
         self.meta = meta
@@ -723,7 +810,9 @@ class _Rekey:
             out.append(
                 SubtaskOut(
                     index,
-                    _operator_handle(self.meta, old.managed_operator, self.out) if old is not None else None,
+                    _operator_handle(self.meta, old.managed_operator, self.out, self.operator, index, self.editor)
+                    if old is not None
+                    else None,
                     _operator_handle(self.meta, old.raw_operator, self.out) if old is not None else None,
                     keyed,
                 )
@@ -772,4 +861,11 @@ def _read_prefix(meta: StateMeta, stream: StreamHandle, length: int) -> bytes:
     return data
 
 
-__all__ = ["write_savepoint", "KeyGroupEditor", "WriteSummary", "INLINE_THRESHOLD", "METADATA_VERSION_RELEASES"]
+__all__ = [
+    "write_savepoint",
+    "StateEditor",
+    "COORDINATOR_STATE",
+    "WriteSummary",
+    "INLINE_THRESHOLD",
+    "METADATA_VERSION_RELEASES",
+]

@@ -286,6 +286,12 @@ class _FailingEditor:
             raise _Interrupt()
         return {}
 
+    def operator_states(self, operator_id):
+        return frozenset()
+
+    def edit_elements(self, operator, state, subtask, elements):
+        return elements
+
 
 def test_an_interrupted_write_leaves_no_destination(tmp_path):
     with pytest.raises(_Interrupt):

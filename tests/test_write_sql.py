@@ -167,7 +167,8 @@ def test_deleting_a_key_everywhere_warns_about_its_timers(tmp_path):
         ("MERGE INTO accstate USING x ON true WHEN MATCHED THEN DELETE", "cannot edit state"),
         ("UPDATE accstate SET value.f0 = sha2(key, 256) WHERE key = 'key_662'", "not supported in edits"),
         ("UPDATE accstate SET value.f0 = 1 WHERE", "cannot parse"),
-        ("UPDATE sourcereaderstate SET value.split_id = 'x'", "only keyed state and timer tables"),
+        ("UPDATE sourcereaderstate SET subtask = 1", "SET subtask is not supported"),
+        ("INSERT INTO coordinator (value) VALUES (NULL)", "UPDATE it, not INSERT"),
     ],
 )
 def test_statements_not_understood_are_refused_before_writing(tmp_path, statement, message):
@@ -240,3 +241,81 @@ def test_write_command_edits_and_records_provenance(tmp_path):
     bad = statecat("write", str(src), "--out", str(tmp_path / "bad"), "--sql", "UPDATE accstate SET value = 1")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "cannot assign INT" in bad.stderr
     assert not (tmp_path / "bad").exists()
+
+
+# ----------------------------------------------------------------------------- operator state
+
+
+def test_union_state_elements(tmp_path):
+    case = "sql_window_2.3"
+    op, state = _expected(case, "watermark")
+    dst = tmp_path / "out"
+    result = write_savepoint(
+        str(savepoint_dir(case)),
+        str(dst),
+        sql=[
+            "UPDATE watermark SET value = value - 60000 WHERE subtask = 1",
+            "INSERT INTO watermark (value, subtask) VALUES (42L, 0)",
+        ],
+    )
+    assert [s.matched for s in result.statements] == [1, 1]
+    for row in state["rows"]:
+        if row["subtask"] == 1:
+            row["value"] -= 60000
+    state["rows"].append({"value": 42, "subtask": 0})
+    check_state_rows(dst, op, state)
+
+
+SOURCE_POSITIONS = "tests/fixtures/source_positions/filesource_2.3/savepoint"
+
+
+def test_a_file_source_split_skips_one_more_record(tmp_path):
+    """The poison-record fix: the split's records_to_skip (855 in the savepoint: the counter's
+    value, tests/fixtures/source_positions/README.md) moves on by one; nothing else changes."""
+    from statecat.readers import SavepointReader
+
+    dst = tmp_path / "out"
+    write_savepoint(
+        SOURCE_POSITIONS,
+        str(dst),
+        sql=[
+            "UPDATE file_src__sourcereaderstate SET value.file.records_to_skip = value.file.records_to_skip + 1",
+            "UPDATE number_src__sourcereaderstate SET value.number_sequence.from_value = 957",
+        ],
+    )
+
+    def splits(path):
+        reader = SavepointReader(str(path))
+        out = {}
+        for uid in ("file-src", "number-src"):
+            (row,) = reader.table("SourceReaderState", uid).to_pylist()
+            value = dict(row["value"])
+            value.pop("raw")  # the split's bytes, re-derived from the fields
+            out[uid] = value
+        return out
+
+    before, after = splits(SOURCE_POSITIONS), splits(dst)
+    assert before["file-src"]["file"]["records_to_skip"] == 855
+    assert after["file-src"]["file"] == {**before["file-src"]["file"], "records_to_skip": 856}
+    assert after["number-src"]["number_sequence"] == {"from_value": 957, "to_value": 19999}
+    assert {k: v for k, v in after["file-src"].items() if k != "file"} == {
+        k: v for k, v in before["file-src"].items() if k != "file"
+    }
+    # the keyed counters and the enumerators are untouched
+    changes = _changes(SOURCE_POSITIONS, dst)
+    assert {c["state"] for c in changes} == {"SourceReaderState"}
+
+
+def test_coordinator_checkpoint_is_editable(tmp_path):
+    from statecat.readers import SavepointReader
+
+    dst = tmp_path / "out"
+    write_savepoint(
+        SOURCE_POSITIONS,
+        str(dst),
+        sql="UPDATE file_src__coordinator SET value.file.pending_splits = array()",
+    )
+    before = SavepointReader(SOURCE_POSITIONS).table("_coordinator", "file-src").to_pylist()[0]["value"]
+    after = SavepointReader(str(dst)).table("_coordinator", "file-src").to_pylist()[0]["value"]
+    assert len(before["file"]["pending_splits"]) == 1 and after["file"]["pending_splits"] == []
+    assert after["file"]["processed_paths"] == before["file"]["processed_paths"]

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError
@@ -39,6 +40,7 @@ from statecat.catalog.spark.edit_sql import (
     sql_type_of_arrow,
 )
 from statecat.readers.arrow_types import state_schema
+from statecat.readers.decoders import build_decoder
 from statecat.readers.entry_codec import EntryCodec, StateRow
 from statecat.readers.framing import Entry
 from statecat.readers.savepoint_writer import WriteSummary
@@ -49,7 +51,9 @@ from statecat.statemeta.naming import catalog_table_names
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("key", "namespace", "value")
+COLUMNS = ("key", "namespace", "value", "subtask")
+KEYED_KINDS = ("keyed", "timer")
+OPERATOR_KINDS = ("operator_list", "union", "broadcast", "coordinator")
 STATEMENT_KINDS = ("UPDATE", "DELETE", "INSERT")
 
 
@@ -141,13 +145,14 @@ def _plan(sql: str, tables: dict[str, EditTable], meta: StateMeta) -> PlannedSta
     if not isinstance(target, exp.Table):
         raise EditError(f"expected a table after {kind} in {sql!r}")
     table = _table(target, tables, sql)
-    if table.state.kind not in ("keyed", "timer"):
-        raise EditError(
-            f"{table.name} is {table.state.kind} state: only keyed state and timer tables can be edited yet"
-        )
+    if table.state.kind not in KEYED_KINDS + OPERATOR_KINDS:
+        raise EditError(f"{table.name} is {table.state.kind} state, which statecat cannot edit")
     if kind != "DELETE":  # a deletion writes no value: state shown as bytes may lose rows, not gain them
         try:
-            EntryCodec(meta, table.operator, table.state).writable()
+            if table.state.kind in KEYED_KINDS:
+                EntryCodec(meta, table.operator, table.state).writable()
+            else:
+                element_encoder(table.state)
         except StatecatError as exc:
             raise EditError(f"{table.name} cannot be edited: {exc.message}") from None
     compiler = ExpressionCompiler(table.columns, table.name)
@@ -161,7 +166,8 @@ def _plan(sql: str, tables: dict[str, EditTable], meta: StateMeta) -> PlannedSta
         if condition.type not in (SqlType("BOOLEAN"), NULL):
             raise EditError(f"WHERE must be a condition, got {condition.type} in {sql!r}")
         planned.where = condition.run
-        planned.keys = _named_keys(where.this, compiler, table)
+        if table.state.kind in KEYED_KINDS:
+            planned.keys = _named_keys(where.this, compiler, table)
     if kind == "UPDATE":
         for assignment in node.expressions:
             if not isinstance(assignment, exp.EQ) or not isinstance(assignment.this, exp.Column | exp.Dot):
@@ -196,6 +202,11 @@ def _target_path(column: exp.Expr, table: EditTable) -> tuple[str, ...]:
     parts = [p.name for p in node.parts] + parts
     if len(parts) > 1 and parts[0].lower() == table.name.lower() and parts[1] in table.columns:
         parts = parts[1:]
+    if parts[0] == "subtask":
+        raise EditError(
+            f"SET subtask is not supported: an operator state element stays on its subtask; DELETE it and "
+            f"INSERT it with the other subtask ({table.name})"
+        )
     if parts[0] == "key":
         raise EditError(
             f"SET key is not supported: a key's state moves with its key-group; DELETE the row and INSERT it "
@@ -262,8 +273,11 @@ def _insert_rows(node: exp.Insert, table: EditTable, compiler: ExpressionCompile
                 f"unknown column {name!r} in {sql!r}; columns of {table.name}: {', '.join(table.columns)}. "
                 f"{did_you_mean(name, table.columns)}"
             )
-    if "key" not in names:
+    keyed = table.state.kind in KEYED_KINDS
+    if keyed and "key" not in names:
         raise EditError(f"an INSERT must give the key: {sql!r}")
+    if table.state.kind == "coordinator":
+        raise EditError(f"{table.name} holds one checkpoint of the source coordinator: UPDATE it, not INSERT")
     source = node.expression
     if isinstance(source, exp.Values):
         tuples = [t.expressions if isinstance(t, exp.Tuple) else [t] for t in source.expressions]
@@ -283,8 +297,12 @@ def _insert_rows(node: exp.Insert, table: EditTable, compiler: ExpressionCompile
         row: dict[str, Any] = dict.fromkeys(table.columns)
         for name, value in zip(names, values):
             row[name] = assign(compiler.compile(value), table.columns[name], name)({})
-        if row["key"] is None:
+        if keyed and row["key"] is None:
             raise EditError(f"a state's key cannot be NULL: {sql!r}")
+        if not keyed and row.get("subtask") is None:
+            row["subtask"] = 0  # an operator state element lives on a subtask: the first, unless given
+        if row["value"] is None:
+            raise EditError(f"an inserted state value cannot be NULL: {sql!r}")
         rows.append(row)
     return rows
 
@@ -301,8 +319,12 @@ class SqlEditor:
         self.codecs: dict[tuple[str, str], EntryCodec] = {}
         self.warnings: list[str] = []
         self._key_groups: dict[str, frozenset[int]] = {}
+        self._operator_states: dict[str, set[str]] = {}
         for statement in statements:
             op, state = statement.table.operator, statement.table.state
+            if state.kind not in KEYED_KINDS:
+                self._operator_states.setdefault(op.id, set()).add(state.name)
+                continue
             codec = self.codec(op, state)
             groups = statement.key_groups(codec)
             if groups is None:
@@ -323,7 +345,7 @@ class SqlEditor:
         originals: dict[str, dict[tuple, StateRow]] = {}
         deleted_keys: set[Any] = set()
         for statement in self.statements:
-            if statement.table.operator.id != operator.id:
+            if statement.table.operator.id != operator.id or statement.table.state.kind not in KEYED_KINDS:
                 continue
             state = statement.table.state
             codec = self.codec(operator, state)
@@ -347,6 +369,54 @@ class SqlEditor:
         if deleted_keys:
             self._warn_orphan_timers(operator, key_group, entries, out, deleted_keys)
         return out
+
+    # -- operator states
+
+    def operator_states(self, operator_id: str) -> frozenset[str]:
+        return frozenset(self._operator_states.get(operator_id, ()))
+
+    def edit_elements(
+        self, operator: OperatorMeta, state_name: str, subtask: int | None, elements: list[bytes]
+    ) -> list[bytes]:
+        state = operator.state(state_name)
+        schema = state_schema(state)
+        value_type = schema.field("value").type
+        decode = None if state.value.kind == "raw" else build_decoder(state.value)
+        broadcast = state.kind == "broadcast"
+        if broadcast:
+            (blob,) = elements or [b"\x00\x00\x00\x00"]
+            values, originals = _broadcast_values(decode, blob), None
+        else:
+            values = [_decode_element(decode, e) for e in elements]
+            originals = list(elements)
+        shown = pa.array(values, type=value_type).to_pylist()
+        rows = [{"value": v, "subtask": subtask} for v in shown]
+        kept: list[tuple[dict[str, Any], bytes | None]] = [
+            (row, originals[i] if originals is not None else None) for i, row in enumerate(rows)
+        ]
+        changed = False
+        for statement in self.statements:
+            if statement.table.operator.id != operator.id or statement.table.state.name != state_name:
+                continue
+            kept, edited = _apply_to_elements(statement, kept, subtask)
+            changed |= edited
+        if not changed:
+            return elements
+        encode = element_encoder(state)
+        if broadcast:
+            out = bytearray(len(kept).to_bytes(4, "big"))
+            for row, _ in kept:
+                encode(row["value"], out)
+            return [bytes(out)]
+        result = []
+        for row, original in kept:
+            if original is not None:
+                result.append(original)
+            else:
+                out = bytearray()
+                encode(row["value"], out)
+                result.append(bytes(out))
+        return result
 
     def _apply(
         self, statement: PlannedStatement, codec: EntryCodec, key_group: int, rows: list[StateRow], deleted: set
@@ -422,6 +492,68 @@ class SqlEditor:
                         f"key {key!r} has no state left in operator {operator.label}, but timer table "
                         f"{names.get((operator.id, name), name)} still holds its timers: they will fire on an empty state"
                     )
+
+
+def element_encoder(state: StateInfo) -> Any:
+    """The encoder of one operator state element (a broadcast state: of one map entry)."""
+    from statecat.readers.encoders import build_encoder
+
+    if state.value.raw_reasons():
+        raise EditError(
+            f"state {state.name!r} is shown only as bytes ({'; '.join(state.value.raw_reasons())}), so it cannot be "
+            f"written from an edited value; its bytes are copied unchanged when not edited"
+        )
+    return build_encoder(state.value)
+
+
+def _decode_element(decode: Any, data: bytes) -> Any:
+    if decode is None:
+        return bytes(data)
+    value, end = decode(data, 0)
+    if end != len(data):
+        raise EditError(f"an operator state element of {len(data)} bytes decodes in {end}: it cannot be edited")
+    return value
+
+
+def _broadcast_values(decode: Any, blob: bytes) -> list[Any]:
+    count = int.from_bytes(blob[:4], "big", signed=True)
+    if not 0 <= count <= len(blob) - 4:
+        raise EditError(f"a broadcast state of {len(blob)} bytes gives {count} entries")
+    pos, values = 4, []
+    for _ in range(count):
+        value, pos = decode(blob, pos)
+        values.append(value)
+    return values
+
+
+def _apply_to_elements(
+    statement: PlannedStatement, rows: list[tuple[dict[str, Any], bytes | None]], subtask: int | None
+) -> tuple[list[tuple[dict[str, Any], bytes | None]], bool]:
+    """A statement on one subtask's elements; edited rows lose their stored bytes (re-encoded)."""
+    changed = False
+    if statement.kind == "INSERT":
+        added = [
+            ({"value": r["value"], "subtask": subtask}, None) for r in statement.rows if r.get("subtask") == subtask
+        ]
+        statement.matched += len(added)
+        return rows + added, bool(added)
+    out = []
+    for row, original in rows:
+        if statement.where is not None and statement.where(row) is not True:
+            out.append((row, original))
+            continue
+        statement.matched += 1
+        changed = True
+        if statement.kind == "DELETE":
+            continue
+        updated = dict(row)
+        results = [run(row) for _, run in statement.assignments]
+        for (path, _), result in zip(statement.assignments, results):
+            _set_path(updated, path, result)
+        if updated["value"] is None:
+            raise EditError(f"an operator state element cannot be NULL: {statement.sql!r}")
+        out.append((updated, None))
+    return out, changed
 
 
 def _identity(row: StateRow) -> tuple:
