@@ -333,3 +333,14 @@ def test_max_parallelism_below_an_operators_parallelism_is_refused(tmp_path):
     with pytest.raises(UnsupportedError, match="parallelism 3, above the max parallelism 2"):
         write_savepoint(str(savepoint_dir("sql_join_2.3")), str(tmp_path / "out"), max_parallelism=2)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_unedited_rewrite_diffs_empty_against_its_source(rewritten, case):
+    from statecat.readers import diff_savepoints
+
+    diff = diff_savepoints(str(savepoint_dir(case)), str(rewritten(case)))
+    totals = diff.totals()
+    assert (totals["added"], totals["removed"], totals["changed"]) == (0, 0, 0)
+    assert totals["unchanged"] > 0
+    assert all(s.status == "compared" for s in diff.summary()), [(s.state, s.status, s.reason) for s in diff.summary()]
