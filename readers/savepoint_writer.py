@@ -27,7 +27,7 @@ import shutil
 import struct
 import tempfile
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -108,6 +108,21 @@ class StateEditor(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class KeyedJob:
+    """One subtask's keyed stream to rebuild: the unit a parallel writer hands to a worker."""
+
+    operator_id: str
+    subtask: int
+
+
+# Rebuilds keyed streams into the directory being written; returns each one's handle and the
+# counts of what it copied and rebuilt. The default runs them one after the other in-process;
+# catalog.spark.edits runs them as Spark tasks.
+KeyedRunner = Callable[[list[KeyedJob], str], dict[KeyedJob, tuple[KeyGroupsOut, dict[str, int]]]]
+COUNTS = ("streams_copied", "streams_rebuilt", "key_groups_copied", "key_groups_rebuilt", "bytes_written")
+
+
 # The coordinator's checkpoint as an editable "state" (statemeta names its table the same way).
 COORDINATOR_STATE = "_coordinator"
 
@@ -137,6 +152,7 @@ def write_savepoint(
     max_parallelism: int | None = None,
     overwrite: bool = False,
     provenance: dict | None = None,
+    keyed_runner: KeyedRunner | None = None,
 ) -> WriteSummary:
     """Writes ``source`` (any snapshot statecat reads) as a canonical savepoint at ``destination``.
 
@@ -159,6 +175,13 @@ def write_savepoint(
     work = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.statecat-", dir=parent)
     try:
         out = _Output(work, summary)
+        prebuilt: dict[KeyedJob, tuple[KeyGroupsOut, dict[str, int]]] = {}
+        if keyed_runner is not None:
+            jobs = _keyed_jobs(meta, dropped, editor, max_parallelism)
+            prebuilt = keyed_runner(jobs, work) if jobs else {}
+            for _, counts in prebuilt.values():
+                for name in COUNTS:
+                    setattr(summary, name, getattr(summary, name) + counts.get(name, 0))
         operators: list[OperatorOut] = []
         taken_ids = {op.id for op in meta.metadata.operators if op.id not in dropped and op.id not in renames}
         for raw in meta.metadata.operators:
@@ -182,7 +205,10 @@ def write_savepoint(
                     raise UnsupportedError(f"operator {raw.id}: its keyed state's header could not be read")
                 subtasks = _Rekey(meta, operator_meta, raw.subtasks, raw.parallelism, new_max, editor, out).run()
             else:
-                subtasks = tuple(_subtask(meta, operator_meta, raw.id, s, editor, out) for s in raw.subtasks)
+                subtasks = tuple(
+                    _subtask(meta, operator_meta, raw.id, s, editor, out, prebuilt.get(KeyedJob(raw.id, s.index)))
+                    for s in raw.subtasks
+                )
             operators.append(
                 OperatorOut(
                     new_id,
@@ -368,14 +394,56 @@ def _subtask(
     subtask: SubtaskState,
     editor: StateEditor | None,
     out: _Output,
+    prebuilt: tuple[KeyGroupsOut, dict[str, int]] | None = None,
 ) -> SubtaskOut:
     return SubtaskOut(
         subtask.index,
         _operator_handle(meta, subtask.managed_operator, out, operator, subtask.index, editor),
         _operator_handle(meta, subtask.raw_operator, out),
-        _keyed(meta, operator, operator_id, subtask, editor, out),
+        prebuilt[0] if prebuilt is not None else _keyed(meta, operator, operator_id, subtask, editor, out),
         _raw_keyed(meta, operator_id, subtask, out),
     )
+
+
+def _needs_rebuild(operator: OperatorMeta | None, subtask: SubtaskState, editor: StateEditor | None) -> bool:
+    """Whether a subtask's keyed stream is rebuilt (converted or edited) rather than copied whole."""
+    handle = subtask.managed_keyed
+    if handle is None or isinstance(handle, UnsupportedKeyedHandle) or operator is None:
+        return False
+    if isinstance(handle, NativeRocksDBHandle):
+        return True
+    states = _stream_states(operator, subtask.index, handle.stream)
+    if states is not None and states.layout != "canonical":
+        return True
+    first, last = handle.key_group_range
+    touched = editor.key_groups(operator.id) if editor is not None else frozenset()
+    return any(first <= g <= last for g in touched)
+
+
+def _keyed_jobs(
+    meta: StateMeta, dropped: set[str], editor: StateEditor | None, max_parallelism: int | None
+) -> list[KeyedJob]:
+    jobs = []
+    for raw in meta.metadata.operators:
+        if raw.id in dropped or (max_parallelism is not None and max_parallelism != raw.max_parallelism):
+            continue  # re-keying moves entries across subtasks: the driver does it
+        operator = next((op for op in meta.operators if op.id == raw.id), None)
+        jobs += [KeyedJob(raw.id, s.index) for s in raw.subtasks if _needs_rebuild(operator, s, editor)]
+    return jobs
+
+
+def rebuild_keyed_stream(
+    meta: StateMeta, job: KeyedJob, editor: StateEditor | None, directory: str
+) -> tuple[KeyGroupsOut, dict[str, int]]:
+    """One subtask's keyed stream rebuilt into ``directory`` (a worker's share of a parallel write)."""
+    operator = next(op for op in meta.operators if op.id == job.operator_id)
+    raw = next(op for op in meta.metadata.operators if op.id == job.operator_id)
+    subtask = next(s for s in raw.subtasks if s.index == job.subtask)
+    summary = WriteSummary(meta.path, directory, meta.metadata.version, 0)
+    handle = _keyed(meta, operator, job.operator_id, subtask, editor, _Output(directory, summary))
+    if handle is None:
+        raise UnsupportedError(f"operator {operator.label} subtask {job.subtask} has no keyed state to rebuild")
+    return handle, {name: getattr(summary, name) for name in COUNTS}
 
 
 def _coordinator(

@@ -48,6 +48,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="move every key to the key-group Flink assigns it under max parallelism N (restore the job with N)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=("local", "spark"),
+        default="local",
+        help="spark: rebuild the subtasks' keyed streams as parallel Spark tasks (local Spark, or the cluster "
+        "spark.master names); DST must be on storage every executor writes to",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="how to print the summary")
 
@@ -63,6 +70,11 @@ def _uids(pairs: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    spark = None
+    if args.engine == "spark":
+        from statecat.catalog.servers.sessions import session
+
+        spark = session()
     result = write_savepoint(
         args.src,
         args.out,
@@ -71,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         set_uids=_uids(args.set_uid),
         max_parallelism=args.max_parallelism,
         overwrite=args.overwrite,
+        spark=spark,
     )
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -18,6 +18,7 @@ the keys a WHERE clause names (``key = …``, ``key IN (…)``), or every key-gr
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,9 +44,10 @@ from statecat.readers.arrow_types import state_schema
 from statecat.readers.decoders import build_decoder
 from statecat.readers.entry_codec import EntryCodec, StateRow
 from statecat.readers.framing import Entry
-from statecat.readers.savepoint_writer import WriteSummary
+from statecat.readers.savepoint_writer import KeyedJob, KeyedRunner, WriteSummary, rebuild_keyed_stream
 from statecat.readers.savepoint_writer import write_savepoint as write_canonical
 from statecat.statemeta.errors import StatecatError, did_you_mean
+from statecat.statemeta.metadata_writer import KeyGroupsOut
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
 from statecat.statemeta.naming import catalog_table_names
 
@@ -556,6 +558,32 @@ def _apply_to_elements(
     return out, changed
 
 
+def _spark_runner(spark: Any, source: str, statements: list[str], planned: list[PlannedStatement]) -> KeyedRunner:
+    def run(jobs: list[KeyedJob], directory: str) -> dict[KeyedJob, tuple[KeyGroupsOut, dict[str, int]]]:
+        work = [(job.operator_id, job.subtask) for job in jobs]
+        task = functools.partial(_rebuild_in_task, source, statements, directory)
+        results = spark.sparkContext.parallelize(work, len(work)).map(task).collect()
+        out = {}
+        for (operator_id, subtask), handle, counts, matched in results:
+            out[KeyedJob(operator_id, subtask)] = (handle, counts)
+            for statement, rows in zip(planned, matched):
+                statement.matched += rows
+        return out
+
+    return run
+
+
+def _rebuild_in_task(
+    source: str, statements: list[str], directory: str, job: tuple[str, int]
+) -> tuple[tuple[str, int], KeyGroupsOut, dict[str, int], list[int]]:
+    """A Spark task: one subtask's keyed stream, with the statements planned again on the worker."""
+    meta = load_state_meta(source)
+    planned = plan_statements(meta, statements)
+    editor = SqlEditor(meta, planned) if planned else None
+    handle, counts = rebuild_keyed_stream(meta, KeyedJob(*job), editor, directory)
+    return job, handle, counts, [s.matched for s in planned]
+
+
 def _identity(row: StateRow) -> tuple:
     return (_hashable(row.key), _hashable(row.namespace))
 
@@ -609,11 +637,16 @@ def write_savepoint(
     set_uids: Mapping[str, str] | None = None,
     max_parallelism: int | None = None,
     overwrite: bool = False,
+    spark: Any = None,
 ) -> WriteResult:
     """Writes ``source`` (any snapshot statecat reads) as a canonical savepoint at ``destination``,
     with the ``sql`` statements applied, operators dropped, uids set and keys moved to the
     key-groups of a new ``max_parallelism``. Statements are all
-    understood before anything is written; ``destination`` appears whole or not at all."""
+    understood before anything is written; ``destination`` appears whole or not at all.
+
+    ``spark``: a SparkSession whose tasks rebuild the subtasks' keyed streams in parallel (one task
+    per subtask, each planning the statements again); the driver writes the rest and composes
+    ``_metadata``. DST must then be on storage every executor writes to."""
     statements = [sql] if isinstance(sql, str) else list(sql)
     meta = load_state_meta(source)
     planned = plan_statements(meta, statements)
@@ -632,6 +665,7 @@ def write_savepoint(
         "written_by": f"statecat {__version__}",
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+    runner = _spark_runner(spark, provenance["source"], statements, planned) if spark is not None else None
     summary = write_canonical(
         meta,
         destination,
@@ -641,6 +675,7 @@ def write_savepoint(
         max_parallelism=max_parallelism,
         overwrite=overwrite,
         provenance=provenance,
+        keyed_runner=runner,
     )
     warnings = list(editor.warnings) if editor is not None else []
     for statement in planned:
