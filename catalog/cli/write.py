@@ -9,6 +9,7 @@ import argparse
 import json
 import sys
 
+from statecat.catalog.cli.options import add_descriptors_argument, descriptors_of
 from statecat.catalog.spark.edits import write_savepoint
 from statecat.statemeta.errors import StatecatError
 
@@ -57,6 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
     parser.add_argument("--format", choices=("text", "json"), default="text", help="how to print the summary")
+    add_descriptors_argument(parser)
 
 
 def _uids(pairs: list[str]) -> dict[str, str]:
@@ -84,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         max_parallelism=args.max_parallelism,
         overwrite=args.overwrite,
         spark=spark,
+        descriptors=descriptors_of(args),
     )
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)

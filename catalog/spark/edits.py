@@ -24,7 +24,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import sqlglot
@@ -50,6 +50,9 @@ from statecat.statemeta.errors import StatecatError, did_you_mean
 from statecat.statemeta.metadata_writer import KeyGroupsOut
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
 from statecat.statemeta.naming import catalog_table_names
+
+if TYPE_CHECKING:
+    from statecat.statemeta.descriptors import DescriptorSource
 
 log = logging.getLogger(__name__)
 
@@ -313,7 +316,8 @@ def _insert_rows(node: exp.Insert, table: EditTable, compiler: ExpressionCompile
 
 
 class SqlEditor:
-    """The KeyGroupEditor of planned statements (readers/savepoint_writer.py calls it per key-group)."""
+    """The StateEditor of planned statements: readers/savepoint_writer.py calls it per touched
+    key-group and per edited operator state."""
 
     def __init__(self, meta: StateMeta, statements: list[PlannedStatement]) -> None:
         self.meta = meta
@@ -558,10 +562,12 @@ def _apply_to_elements(
     return out, changed
 
 
-def _spark_runner(spark: Any, source: str, statements: list[str], planned: list[PlannedStatement]) -> KeyedRunner:
+def _spark_runner(
+    spark: Any, source: str, statements: list[str], planned: list[PlannedStatement], descriptors: Any
+) -> KeyedRunner:
     def run(jobs: list[KeyedJob], directory: str) -> dict[KeyedJob, tuple[KeyGroupsOut, dict[str, int]]]:
         work = [(job.operator_id, job.subtask) for job in jobs]
-        task = functools.partial(_rebuild_in_task, source, statements, directory)
+        task = functools.partial(_rebuild_in_task, source, statements, descriptors, directory)
         results = spark.sparkContext.parallelize(work, len(work)).map(task).collect()
         out = {}
         for (operator_id, subtask), handle, counts, matched in results:
@@ -574,10 +580,10 @@ def _spark_runner(spark: Any, source: str, statements: list[str], planned: list[
 
 
 def _rebuild_in_task(
-    source: str, statements: list[str], directory: str, job: tuple[str, int]
+    source: str, statements: list[str], descriptors: Any, directory: str, job: tuple[str, int]
 ) -> tuple[tuple[str, int], KeyGroupsOut, dict[str, int], list[int]]:
     """A Spark task: one subtask's keyed stream, with the statements planned again on the worker."""
-    meta = load_state_meta(source)
+    meta = load_state_meta(source, descriptors=descriptors)
     planned = plan_statements(meta, statements)
     editor = SqlEditor(meta, planned) if planned else None
     handle, counts = rebuild_keyed_stream(meta, KeyedJob(*job), editor, directory)
@@ -638,6 +644,7 @@ def write_savepoint(
     max_parallelism: int | None = None,
     overwrite: bool = False,
     spark: Any = None,
+    descriptors: DescriptorSource | None = None,
 ) -> WriteResult:
     """Writes ``source`` (any snapshot statecat reads) as a canonical savepoint at ``destination``,
     with the ``sql`` statements applied, operators dropped, uids set and keys moved to the
@@ -646,9 +653,15 @@ def write_savepoint(
 
     ``spark``: a SparkSession whose tasks rebuild the subtasks' keyed streams in parallel (one task
     per subtask, each planning the statements again); the driver writes the rest and composes
-    ``_metadata``. DST must then be on storage every executor writes to."""
+    ``_metadata``. DST must then be on storage every executor writes to. ``descriptors``: declared
+    PyFlink state types (a descriptor file, its document or a DescriptorSet), so typed PyFlink state
+    can be edited."""
     statements = [sql] if isinstance(sql, str) else list(sql)
-    meta = load_state_meta(source)
+    if descriptors is not None:
+        from statecat.statemeta.descriptors import as_descriptor_set
+
+        descriptors = as_descriptor_set(descriptors)  # parsed once: the Spark tasks get the same
+    meta = load_state_meta(source, descriptors=descriptors)
     planned = plan_statements(meta, statements)
     editor = SqlEditor(meta, planned) if planned else None
     from statecat import __version__
@@ -662,10 +675,11 @@ def write_savepoint(
         "drop_operators": dropped,
         "set_uids": dict(set_uids or {}),
         "max_parallelism": max_parallelism,
+        "descriptors": descriptors is not None,
         "written_by": f"statecat {__version__}",
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    runner = _spark_runner(spark, provenance["source"], statements, planned) if spark is not None else None
+    runner = _spark_runner(spark, provenance["source"], statements, planned, descriptors) if spark is not None else None
     summary = write_canonical(
         meta,
         destination,
