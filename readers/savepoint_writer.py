@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from statecat.readers.framing import Entry, Runs, frame_runs, parse_runs
 from statecat.readers.scan import decompress_snappy_framed
 from statecat.statemeta.errors import StatecatError, UnsupportedError
-from statecat.statemeta.headers import FIRST_KEYED_PROXY_WITH_COMPRESSION, open_stream
+from statecat.statemeta.headers import FIRST_KEYED_PROXY_WITH_COMPRESSION, SNAPPY_STREAM_IDENTIFIER, open_stream
 from statecat.statemeta.metadata import (
     METADATA_VERSION_RELEASES,
     InlineStream,
@@ -478,6 +478,35 @@ def _operator_handle(
     return _rewrite_operator_stream(meta, operator, subtask, handle, edited, editor, out)
 
 
+def _edit_compressed(
+    operator: OperatorMeta,
+    state: str,
+    subtask: int | None,
+    elements: list[bytes],
+    editor: StateEditor,
+    meta: StateMeta,
+) -> list[bytes]:
+    """Edits elements of a snappy-compressed operator stream: Flink flushes the framed stream at
+    every element, so each element is whole chunks; an edited one is compressed again on its own."""
+    import cramjam
+
+    plain = [decompress_snappy_framed(e, meta.storage.display(meta.storage.metadata_path), 0) for e in elements]
+    stored = {id(p): e for p, e in zip(plain, elements)}
+    out = []
+    for element in editor.edit_elements(operator, state, subtask, plain):
+        original = stored.get(id(element))
+        if original is not None:
+            out.append(original)
+            continue
+        framed = bytes(cramjam.snappy.compress(element))
+        # The stream identifier is written once, before the first element (Flink reads it when it
+        # opens the decompressing stream, then seeks to each element's chunks).
+        if not framed.startswith(SNAPPY_STREAM_IDENTIFIER):
+            raise UnsupportedError("snappy framing without its stream identifier: cannot compress an element")
+        out.append(framed[len(SNAPPY_STREAM_IDENTIFIER) :])
+    return out
+
+
 def _rewrite_operator_stream(
     meta: StateMeta,
     operator: OperatorMeta,
@@ -489,15 +518,11 @@ def _rewrite_operator_stream(
 ) -> OperatorStreamOut:
     """An operator state stream with some states' elements replaced: the header and the other
     states' elements are copied as bytes; each element's end is the next element's start."""
-    if any(
+    compressed = any(
         isinstance(loc, OperatorLocation) and loc.stream == handle.stream and loc.compressed
         for s in operator.states
         for loc in s.locations
-    ):
-        raise UnsupportedError(
-            f"operator {operator.label}: editing compressed operator state is not supported",
-            hint="Take the savepoint with execution.checkpointing.snapshot-compression off",
-        )
+    )
     data = _read_all(meta, handle.stream)
     starts = sorted(o for entry in handle.entries for o in entry.offsets)
     header_end = starts[0] if starts else len(data)
@@ -508,7 +533,10 @@ def _rewrite_operator_stream(
     for entry in sorted(handle.entries, key=lambda e: min(e.offsets) if e.offsets else len(data)):
         elements = [data[o : ends[o]] for o in sorted(entry.offsets)]
         if entry.name in edited and editor is not None:
-            elements = editor.edit_elements(operator, entry.name, subtask, elements)
+            if compressed:
+                elements = _edit_compressed(operator, entry.name, subtask, elements, editor, meta)
+            else:
+                elements = editor.edit_elements(operator, entry.name, subtask, elements)
         offsets = []
         for element in elements:
             offsets.append(len(sink))
