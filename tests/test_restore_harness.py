@@ -12,6 +12,7 @@ runs one after the other. The harness bounds each run (its timeouts), as the gen
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -192,3 +193,202 @@ def test_state_the_job_cannot_map_fails_the_restore():
     assert "Cannot map checkpoint/savepoint state for operator" in err.value.root_cause
     assert str(err.value).startswith("sql_groupby (Flink 2.3.0) restored from ")
     assert "Cannot map checkpoint/savepoint state" in str(err.value).splitlines()[0]
+
+
+# --------------------------------------------------------------------------- SQL window, join, Java POJO
+
+# sql_window_2.3: the watermark at the savepoint is 00:05:29.606 (max ts - 150 s); the windows ending
+# at 00:06, 00:07 and 00:08 of 2024-01-01 (UTC) are open. A row at 00:10:30 advances the restored
+# job's watermark to 00:08:00 (its ts - delay), which fires all three; its own window stays open.
+WINDOW_ENDS = (1704067560000, 1704067620000, 1704067680000)
+WINDOW_TICK = ("w_tick", 1, WINDOW_ENDS[2] + 150_000)
+WINDOW_EXTRA = [
+    ("w_0", 5, WINDOW_ENDS[0] - 20_000),  # a stored window gets a row
+    ("w_new", 7, WINDOW_ENDS[1] - 30_000),  # a new key's window
+    ("w_3", 11, WINDOW_ENDS[2] - 1_000),
+    WINDOW_TICK,
+]
+
+
+def window_state(case):
+    """({(k, window end): (cnt, total)} of window-aggs, {(k, window end)} of the event timers,
+    the operator's restored watermark: the least of its subtasks' union list entries)."""
+    exp = load_expected(case)
+    states = {s["name"]: s["rows"] for _, s in iter_states(exp)}
+    acc = {(r["key"], r["namespace"]): (r["value"]["f0"], r["value"]["f1"]) for r in states["window-aggs"]}
+    timers = {(r["key"], r["namespace"]) for r in states["_timer_state/event_window-timers"]}
+    return acc, timers, min(r["value"] for r in states["watermark"])
+
+
+def window_output(acc, timers, extra, *, watermark, window_s=60, delay_s=150):
+    """What the restored WindowAggregate prints for `extra` (rows in event-time order) on top of
+    acc {(k, end): (cnt, total)} and the event timers {(k, end)}: a row whose window ended at the
+    restored watermark (end - 1 <= watermark) is late and dropped; every other row adds to its
+    window's accumulator (COUNT(*) and SUM; SUM of no rows is NULL) and registers its timer; once
+    the watermark reaches max(ts) - delay, every window whose timer is due fires with its
+    accumulator, or with an empty one (0, None) when the state is gone but the timer is not."""
+    size = window_s * 1000
+    acc, timers = dict(acc), set(timers)
+    for k, v, ts in extra:
+        end = ts - ts % size + size
+        if end - 1 <= watermark:
+            continue
+        cnt, total = acc.get((k, end), (0, None))
+        acc[(k, end)] = (cnt + 1, v if total is None else total + v)
+        timers.add((k, end))
+    fired_to = max(ts for _, _, ts in extra) - delay_s * 1000
+    out = []
+    for k, end in sorted(timers):
+        if end - 1 <= fired_to:
+            cnt, total = acc.get((k, end), (0, None))
+            out.append({"op": "+I", "k": k, "window_start": end - size, "window_end": end, "cnt": cnt, "total": total})
+    return out
+
+
+def _windows(rows):
+    return sorted(rows, key=lambda r: (r["k"], r["window_end"]))
+
+
+def test_window_fires_the_restored_open_windows():
+    case = "sql_window_2.3"
+    acc, timers, watermark = window_state(case)
+    out = restore_and_continue(case, savepoint_dir(case), WINDOW_EXTRA, timeout=TIMEOUT)
+    want = window_output(acc, timers, WINDOW_EXTRA, watermark=watermark)
+    # every stored open window fires once, with its stored accumulator plus the new rows
+    assert _windows(out) == _windows(want)
+    assert len(want) == len(acc) + 1  # + w_new's window; w_tick's stays open
+    w0 = [r for r in out if r["k"] == "w_0" and r["window_end"] == WINDOW_ENDS[0]]
+    assert [(r["cnt"], r["total"]) for r in w0] == [
+        (acc["w_0", WINDOW_ENDS[0]][0] + 1, acc["w_0", WINDOW_ENDS[0]][1] + 5)
+    ]
+    assert set(out.subtasks) == {1, 2}
+
+
+# sql_join_2.3: keys of both sides (j_0, j_1, j_100), of one side only (j_102: b only; j_10: a
+# only), a new key; new ids only (b's unique key id: an existing id would replace its row).
+JOIN_EXTRA = [
+    ("a", "j_0", 9001, 1),
+    ("b", "j_1", 5001, "vnew"),
+    ("a", "j_100", 9002, 2),
+    ("b", "j_100", 5002, "vx"),
+    ("a", "j_102", 9003, 3),
+    ("b", "j_10", 5003, "vy"),
+    ("a", "j_brand_new", 9004, 4),
+]
+
+
+def join_state(case):
+    """(left {k: Counter of (k, id, va) records}, right {k: {id: (k, id, vb)}}) of the Join."""
+    states = {s["name"]: s["rows"] for _, s in iter_states(load_expected(case))}
+    left = {
+        r["key"]: Counter({(rec["f0"], rec["f1"], rec["f2"]): n for rec, n in r["value"]})
+        for r in states["left-records"]
+    }
+    right = {
+        r["key"]: {uk["f0"]: (rec["f0"], rec["f1"], rec["f2"]) for uk, rec in r["value"]}
+        for r in states["right-records"]
+    }
+    return left, right
+
+
+def _inner_join(left, right):
+    out = Counter()
+    for k, records in left.items():
+        for (_, a_id, va), n in records.items():
+            for _, b_id, vb in right.get(k, {}).values():
+                out[(k, a_id, va, b_id, vb)] += n
+    return out
+
+
+def join_output(left, right, extra):
+    """The rows (Counter of (k, a_id, va, b_id, vb)) the restored inner join prints for `extra`
+    on top of the stored sides: both inputs are insert-only, so each pair with a new row is
+    printed once, when its later row arrives, whatever the order the two sources ran in:
+    join(all rows) - join(stored rows). A left record with count n pairs n times."""
+    new_left = {k: Counter(v) for k, v in left.items()}
+    new_right = {k: dict(v) for k, v in right.items()}
+    for side, k, i, v in extra:
+        if side == "a":
+            new_left.setdefault(k, Counter())[(k, i, v)] += 1
+        else:
+            assert i not in new_right.get(k, {}), "a new b row must have a new id"
+            new_right.setdefault(k, {})[i] = (k, i, v)
+    return _inner_join(new_left, new_right) - _inner_join(left, right)
+
+
+def _joined(out):
+    return Counter((r["k"], r["a_id"], r["va"], r["b_id"], r["vb"]) for r in out)
+
+
+def test_join_pairs_new_rows_with_the_restored_sides():
+    case = "sql_join_2.3"
+    left, right = join_state(case)
+    out = restore_and_continue(case, savepoint_dir(case), JOIN_EXTRA, timeout=TIMEOUT)
+    want = join_output(left, right, JOIN_EXTRA)
+    assert _joined(out) == want
+    assert {r["op"] for r in out} == {"+I"}
+    # j_100: the new a row meets every stored b row, the new b row every stored a record (x count)
+    assert sum(n for row, n in want.items() if row[0] == "j_100") == len(right["j_100"]) + 1 + sum(
+        left["j_100"].values()
+    )
+    assert set(out.subtasks) == {1, 2, 3}
+
+
+# Java POJO job: keys k_1, k_3, k_50 are in both cases; a new key twice; an empty name (a null
+# POJO name) and a non-ASCII one.
+POJO_EXTRA = [
+    ("k_1", "ann", 8),
+    ("k_new", "", 4),
+    ("k_1", "", -6),
+    ("k_3", "日本", 1),
+    ("k_50", "zoë", 3),
+    ("k_new", "bob", 2),
+]
+
+
+def pojo_states(case):
+    """{"summary": {k: {"name", "count", "total"}}, "history": {k: [{"f0": name, "f1": v}]},
+    "per_name": {k: {name: {...}}}} of the POJO function, from the case's expected.json."""
+    return {n: dict(_state_rows(case, n)) for n in ("summary", "history", "per_name")}
+
+
+def pojo_outputs(states, extra):
+    """What DataStreamPojo.java's function prints per record of `extra` on top of `states`
+    (pojo_states' form): the record, `new` (no summary before), the states after the update."""
+    summary = dict(states["summary"])
+    history = {k: list(v) for k, v in states["history"].items()}
+    per_name = {k: dict(v) for k, v in states["per_name"].items()}
+    out = []
+    for key, name, v in extra:
+        old = summary.get(key)
+        s = old or {"name": None, "count": 0, "total": 0.0}
+        summary[key] = {"name": name or None, "count": s["count"] + 1, "total": s["total"] + v / 4}
+        history.setdefault(key, []).append({"f0": name, "f1": v})
+        p = per_name.setdefault(key, {}).get(name) or {"name": name, "count": 0, "total": 0.0}
+        per_name[key][name] = {"name": name, "count": p["count"] + 1, "total": p["total"] + v / 4}
+        out.append(
+            {
+                "key": key,
+                "name": name,
+                "v": v,
+                "new": old is None,
+                "summary": dict(summary[key]),
+                "history": [[h["f0"], h["f1"]] for h in history[key]],
+                "per_name": {n: dict(p) for n, p in per_name[key].items()},
+            }
+        )
+    return out
+
+
+@pytest.mark.parametrize("case", ["datastream_java_pojo_2.3", "datastream_java_pojo_1.20"])
+def test_java_pojo_function_sees_the_restored_states(case):
+    states = pojo_states(case)
+    out = restore_and_continue(case, savepoint_dir(case), POJO_EXTRA, timeout=TIMEOUT)
+    want = pojo_outputs(states, POJO_EXTRA)
+    assert _per_key(out, "key") == _per_key(want, "key")
+    assert len(out) == len(want)
+    assert set(out.subtasks) == {1, 2}
+    k1 = _per_key(out, "key")["k_1"][0]
+    assert k1["summary"]["count"] == states["summary"]["k_1"]["count"] + 1
+    assert k1["history"][:-1] == [[h["f0"], h["f1"]] for h in states["history"]["k_1"]]
+    assert _per_key(out, "key")["k_new"][0]["summary"] == {"name": None, "count": 1, "total": 1.0}

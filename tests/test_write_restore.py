@@ -6,6 +6,7 @@ tests/fixtures/restore.py (proven on unedited savepoints by tests/test_restore_h
 from __future__ import annotations
 
 import copy
+from collections import Counter
 
 import pytest
 
@@ -16,10 +17,20 @@ from tests.test_restore_harness import (
     GROUPBY_EXTRA,
     KEYED_EXTRA,
     TIMEOUT,
+    WINDOW_ENDS,
+    WINDOW_TICK,
+    _joined,
     _per_key,
     _state_rows,
+    _windows,
     groupby_changelog,
+    join_output,
+    join_state,
     keyed_outputs,
+    pojo_outputs,
+    pojo_states,
+    window_output,
+    window_state,
 )
 
 pytestmark = pytest.mark.live_flink
@@ -147,3 +158,181 @@ def test_restore_under_a_new_uid(tmp_path):
     out = restore_and_continue(case, dst, KEYED_EXTRA, timeout=TIMEOUT, job_args=["--keyed-uid", "renamed-fn"])
     want = keyed_outputs(case, KEYED_EXTRA)
     assert _per_key(out, "key") == _per_key(want, "key")
+
+
+# --------------------------------------------------------------------------- SQL window, join, Java POJO
+
+E1, E2, E3 = WINDOW_ENDS  # the windows sql_window_2.3 left open (see test_restore_harness)
+
+WINDOW_EDITS = [
+    # an open window of w_0: its accumulator fires with the edit plus the new row
+    f"UPDATE window_aggs SET value.f0 = value.f0 + 100, value.f1 = value.f1 + 1000 WHERE key = 'w_0' AND namespace = {E2}",
+    # w_1's only (open) window, with its timer: nothing fires for w_1
+    f"DELETE FROM window_aggs WHERE key = 'w_1' AND namespace = {E2}",
+    f"DELETE FROM timer_state_event_window_timers WHERE key = 'w_1' AND namespace = {E2}",
+    # a window of w_2 without its timer, then a new row in it: it starts again from nothing
+    f"DELETE FROM window_aggs WHERE key = 'w_2' AND namespace = {E3}",
+    # a window of w_5 without its timer and no new row: the timer still fires, on an empty
+    # accumulator, and Flink prints (0, NULL) for the window (statecat warns only when a key
+    # has no state left at all, not for one window)
+    f"DELETE FROM window_aggs WHERE key = 'w_5' AND namespace = {E3}",
+    # a new key's window with its timer
+    f"INSERT INTO window_aggs VALUES ('w_ins', {E2}, named_struct('f0', 7L, 'f1', 70L))",
+    f"INSERT INTO timer_state_event_window_timers VALUES ('w_ins', {E2}, {E2 - 1})",
+]
+WINDOW_EDITED_EXTRA = [("w_0", 5, E2 - 10_000), ("w_2", 9, E3 - 2_000), WINDOW_TICK]
+
+
+def test_window_fires_the_edited_accumulators(tmp_path):
+    case = "sql_window_2.3"
+    dst = tmp_path / "edited"
+    result = write_savepoint(str(savepoint_dir(case)), str(dst), sql=WINDOW_EDITS)
+    assert [s.matched for s in result.statements] == [1] * len(WINDOW_EDITS)
+    out = restore_and_continue(case, dst, WINDOW_EDITED_EXTRA, timeout=TIMEOUT)
+
+    acc, timers, watermark = window_state(case)
+    acc["w_0", E2] = (acc["w_0", E2][0] + 100, acc["w_0", E2][1] + 1000)
+    del acc["w_1", E2], acc["w_2", E3], acc["w_5", E3]
+    timers.discard(("w_1", E2))
+    acc["w_ins", E2] = (7, 70)
+    timers.add(("w_ins", E2))
+    want = window_output(acc, timers, WINDOW_EDITED_EXTRA, watermark=watermark)
+    assert _windows(out) == _windows(want)
+    fired = {(r["k"], r["window_end"]): (r["cnt"], r["total"]) for r in out}
+    assert fired["w_0", E2] == (window_state(case)[0]["w_0", E2][0] + 101, window_state(case)[0]["w_0", E2][1] + 1005)
+    assert not [k for k in fired if k[0] == "w_1"]
+    assert fired["w_2", E3] == (1, 9)
+    assert fired["w_5", E3] == (0, None)
+    assert fired["w_ins", E2] == (7, 70)
+
+
+def test_window_watermark_edit_and_new_max_parallelism(tmp_path):
+    """The operator's union list state `watermark` edited: the restored WindowAggregate takes the
+    least entry as its progress, so a row of the window ending at E1 is now late and dropped
+    (restored unedited, the same row is counted: test_window_fires_the_restored_open_windows).
+    With a new max parallelism, every window and its timer moves to its new key-group."""
+    case = "sql_window_2.3"
+    dst = tmp_path / "edited"
+    write_savepoint(str(savepoint_dir(case)), str(dst), sql=[f"UPDATE watermark SET value = {E1}"], max_parallelism=256)
+    extra = [("w_0", 5, E1 - 20_000), ("w_0", 6, E2 - 20_000), WINDOW_TICK]
+    out = restore_and_continue(case, dst, extra, max_parallelism=256, timeout=TIMEOUT)
+    acc, timers, _ = window_state(case)
+    assert _windows(out) == _windows(window_output(acc, timers, extra, watermark=E1))
+    fired = {(r["k"], r["window_end"]): (r["cnt"], r["total"]) for r in out}
+    assert fired["w_0", E1] == acc["w_0", E1]  # the late row is not in it
+    assert fired["w_0", E2] == (acc["w_0", E2][0] + 1, acc["w_0", E2][1] + 6)
+    assert set(out.subtasks) == {1, 2}
+
+
+JOIN_EDITS = [
+    # j_0's b side: one record, edited (id 1140 gone)
+    "UPDATE right_records SET value = map(named_struct('f0', 1004L),"
+    " named_struct('f0', 'j_0', 'f1', 1004L, 'f2', 'vEDIT')) WHERE key = 'j_0'",
+    # j_1's a side gone: a new b row meets nothing, a new a row the stored b rows
+    "DELETE FROM left_records WHERE key = 'j_1'",
+    # j_100's a side: one record counted 3 times
+    "UPDATE left_records SET value = map(named_struct('f0', 'j_100', 'f1', 77L, 'f2', 7L), 3) WHERE key = 'j_100'",
+    # j_101's b side gone
+    "DELETE FROM right_records WHERE key = 'j_101'",
+    # j_104's a side: one stored record kept, its count + 10, the other dropped
+    "UPDATE left_records SET value = map(named_struct('f0', 'j_104', 'f1', 19L, 'f2', 173L),"
+    " value[named_struct('f0', 'j_104', 'f1', 19L, 'f2', 173L)] + 10) WHERE key = 'j_104'",
+    # a new key's b side
+    "INSERT INTO right_records (key, value) VALUES ('j_ins',"
+    " map(named_struct('f0', 7000L), named_struct('f0', 'j_ins', 'f1', 7000L, 'f2', 'vins')))",
+]
+JOIN_EDITED_EXTRA = [
+    ("a", "j_0", 9001, 1),
+    ("b", "j_1", 5001, "vnew"),
+    ("a", "j_1", 9005, 5),
+    ("b", "j_100", 5002, "vx"),
+    ("a", "j_101", 9003, 3),
+    ("b", "j_104", 5004, "vz"),
+    ("a", "j_ins", 9006, 6),
+]
+
+
+def test_join_pairs_new_rows_with_the_edited_sides(tmp_path):
+    case = "sql_join_2.3"
+    dst = tmp_path / "edited"
+    result = write_savepoint(str(savepoint_dir(case)), str(dst), sql=JOIN_EDITS)
+    assert [s.matched for s in result.statements] == [1] * len(JOIN_EDITS)
+    out = restore_and_continue(case, dst, JOIN_EDITED_EXTRA, timeout=TIMEOUT)
+
+    left, right = join_state(case)
+    assert left["j_104"][("j_104", 19, 173)] == 3 and ("j_101" in left) and ("j_1" in right)
+    right["j_0"] = {1004: ("j_0", 1004, "vEDIT")}
+    del left["j_1"], right["j_101"]
+    left["j_100"] = Counter({("j_100", 77, 7): 3})
+    left["j_104"] = Counter({("j_104", 19, 173): 13})
+    right["j_ins"] = {7000: ("j_ins", 7000, "vins")}
+    want = join_output(left, right, JOIN_EDITED_EXTRA)
+    got = _joined(out)
+    assert got == want
+    assert got[("j_0", 9001, 1, 1004, "vEDIT")] == 1 and sum(n for r, n in got.items() if r[0] == "j_0") == 1
+    # j_1's stored a side is gone: the new b row meets the new a row only
+    assert [r for r in got if r[0] == "j_1" and r[3] == 5001] == [("j_1", 9005, 5, 5001, "vnew")]
+    assert got[("j_100", 77, 7, 5002, "vx")] == 3
+    assert not [r for r in got if r[0] == "j_101"]
+    assert got[("j_104", 19, 173, 5004, "vz")] == 13
+    assert got[("j_ins", 9006, 6, 7000, "vins")] == 1
+
+
+POJO_EDITS = [
+    "UPDATE summary SET value.count = value.count + 100 WHERE key = 'k_1'",
+    "UPDATE history SET value = array(named_struct('f0', 'edited', 'f1', 1L), named_struct('f0', 'x', 'f1', -2L))"
+    " WHERE key = 'k_1'",
+    "UPDATE per_name SET value = map('ann', named_struct('count', 5L, 'name', 'ann', 'total', 1.5D)) WHERE key = 'k_1'",
+    "UPDATE summary SET value.name = NULL, value.total = value.total * 2 WHERE key = 'k_3'",
+    "DELETE FROM summary WHERE key = 'k_50'",
+    "INSERT INTO summary (key, value) VALUES ('k_ins', named_struct('count', 41L, 'name', 'ins', 'total', 0.25D))",
+    "INSERT INTO history (key, value) VALUES ('k_ins', array(named_struct('f0', 'h', 'f1', 0L)))",
+]
+POJO_EDITED_EXTRA = [
+    ("k_1", "ann", 8),
+    ("k_3", "", 4),
+    ("k_50", "zoë", 3),
+    ("k_ins", "bob", 2),
+    ("k_new", "", 1),
+    ("k_1", "bob", -6),
+]
+
+
+def _edited_pojo(case: str) -> dict:
+    states = pojo_states(case)
+    summary, history, per_name = states["summary"], states["history"], states["per_name"]
+    summary["k_1"] = {**summary["k_1"], "count": summary["k_1"]["count"] + 100}
+    history["k_1"] = [{"f0": "edited", "f1": 1}, {"f0": "x", "f1": -2}]
+    per_name["k_1"] = {"ann": {"count": 5, "name": "ann", "total": 1.5}}
+    summary["k_3"] = {**summary["k_3"], "name": None, "total": summary["k_3"]["total"] * 2}
+    del summary["k_50"]  # its history and per_name stay
+    summary["k_ins"] = {"count": 41, "name": "ins", "total": 0.25}
+    history["k_ins"] = [{"f0": "h", "f1": 0}]
+    return states
+
+
+@pytest.mark.parametrize(
+    "case,backend",
+    [
+        ("datastream_java_pojo_2.3", None),  # hashmap
+        ("datastream_java_pojo_2.3", "rocksdb"),
+        ("datastream_java_pojo_1.20", None),  # rocksdb
+        ("datastream_java_pojo_1.20", "hashmap"),
+    ],
+)
+def test_java_pojo_function_sees_the_edited_states(tmp_path, case, backend):
+    dst = tmp_path / "edited"
+    result = write_savepoint(str(savepoint_dir(case)), str(dst), sql=POJO_EDITS)
+    assert [s.matched for s in result.statements] == [1] * len(POJO_EDITS)
+    out = restore_and_continue(case, dst, POJO_EDITED_EXTRA, backend=backend, timeout=TIMEOUT)
+    want = pojo_outputs(_edited_pojo(case), POJO_EDITED_EXTRA)
+    assert _per_key(out, "key") == _per_key(want, "key")
+    assert len(out) == len(want)
+    k1 = _per_key(out, "key")["k_1"][0]
+    assert k1["summary"]["count"] == pojo_states(case)["summary"]["k_1"]["count"] + 101
+    assert k1["history"] == [["edited", 1], ["x", -2], ["ann", 8]]
+    assert k1["per_name"] == {"ann": {"name": "ann", "count": 6, "total": 3.5}}
+    k50 = _per_key(out, "key")["k_50"][0]
+    assert k50["new"] is True and k50["summary"] == {"name": "zoë", "count": 1, "total": 0.75}
+    assert k50["history"][:-1] == [[h["f0"], h["f1"]] for h in pojo_states(case)["history"]["k_50"]]
+    assert _per_key(out, "key")["k_ins"][0]["summary"] == {"name": "bob", "count": 42, "total": 0.75}

@@ -34,7 +34,9 @@ def _keyed_streams(directory: Path) -> dict:
             if h is None:
                 continue
             st = h.stream
-            data = raw[st.offset : st.offset + st.length] if isinstance(st, InlineStream) else Path(st.path).read_bytes()
+            data = (
+                raw[st.offset : st.offset + st.length] if isinstance(st, InlineStream) else Path(st.path).read_bytes()
+            )
             out[(op.id, s.index)] = (h.start_key_group, h.offsets, hashlib.sha256(data).hexdigest())
     return out
 

@@ -5,6 +5,10 @@
 `a` has no unique key, `b` declares PRIMARY KEY (id) NOT ENFORCED, so the Join operator keeps
 two different state layouts (see tests/fixtures/README.md): `left-records` MapState<row, count>
 and `right-records` MapState<unique key row, row>.
+
+--output FILE: the sink is the `print` connector instead of `blackhole` (one stateless sink
+chained to the Join as before: same operator ids), printing the join's rows:
+`out:<subtask>> +I[k, a_id, va, b_id, vb]` (both inputs are insert-only, and so is the join).
 """
 
 import os
@@ -36,9 +40,10 @@ def main():
               'format' = 'csv',
               'source.monitor-interval' = '1s'
             )""")
-    t_env.execute_sql("""
+    sink = "'connector' = 'print', 'print-identifier' = 'out'" if args.output else "'connector' = 'blackhole'"
+    t_env.execute_sql(f"""
         CREATE TABLE snk (k STRING, a_id BIGINT, va BIGINT, b_id BIGINT, vb STRING)
-        WITH ('connector' = 'blackhole')""")
+        WITH ({sink})""")
     result = t_env.execute_sql("INSERT INTO snk SELECT a.k, a.id, a.va, b.id, b.vb FROM a JOIN b ON a.k = b.k")
     client = result.get_job_client()
     rest = _common.Rest(port, str(client.get_job_id()))

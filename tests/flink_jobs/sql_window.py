@@ -8,6 +8,12 @@ State of the WindowAggregate operator: keyed `window-aggs` (namespace = window e
 event timers at window end - 1 and the union list state `watermark`. The job waits until the
 operator has received every row AND the final watermark (max ts - delay), so exactly the windows
 ending after that watermark are open: deterministic state.
+
+--output FILE: the sink is the `print` connector instead of `blackhole` (one stateless sink
+chained to the WindowAggregate as before, so the operator ids and a savepoint's mapping do not
+change), printing each fired window: `out:<subtask>> +I[k, window_start, window_end, cnt, total]`.
+A restored job (tests/fixtures/restore.py) fires the windows the savepoint left open once its new
+input's watermark passes their end - 1: their rows are the stored accumulators plus the new rows.
 """
 
 import os
@@ -51,9 +57,10 @@ def main():
           'format' = 'csv',
           'source.monitor-interval' = '1s'
         )""")
-    t_env.execute_sql("""
+    sink = "'connector' = 'print', 'print-identifier' = 'out'" if args.output else "'connector' = 'blackhole'"
+    t_env.execute_sql(f"""
         CREATE TABLE snk (k STRING, ws TIMESTAMP(3), we TIMESTAMP(3), cnt BIGINT, total BIGINT)
-        WITH ('connector' = 'blackhole')""")
+        WITH ({sink})""")
     result = t_env.execute_sql(f"""
         INSERT INTO snk
         SELECT k, window_start, window_end, COUNT(*) AS cnt, SUM(v) AS total
