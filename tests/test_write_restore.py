@@ -173,8 +173,8 @@ WINDOW_EDITS = [
     # a window of w_2 without its timer, then a new row in it: it starts again from nothing
     f"DELETE FROM window_aggs WHERE key = 'w_2' AND namespace = {E3}",
     # a window of w_5 without its timer and no new row: the timer still fires, on an empty
-    # accumulator, and Flink prints (0, NULL) for the window (statecat warns only when a key
-    # has no state left at all, not for one window)
+    # accumulator, and Flink prints (0, NULL) for the window (statecat warns about it, and about
+    # w_2's, before writing)
     f"DELETE FROM window_aggs WHERE key = 'w_5' AND namespace = {E3}",
     # a new key's window with its timer
     f"INSERT INTO window_aggs VALUES ('w_ins', {E2}, named_struct('f0', 7L, 'f1', 70L))",
@@ -188,6 +188,8 @@ def test_window_fires_the_edited_accumulators(tmp_path):
     dst = tmp_path / "edited"
     result = write_savepoint(str(savepoint_dir(case)), str(dst), sql=WINDOW_EDITS)
     assert [s.matched for s in result.statements] == [1] * len(WINDOW_EDITS)
+    (warning,) = result.warnings
+    assert f"('w_2', {E3})" in warning and f"('w_5', {E3})" in warning and "'w_1'" not in warning
     out = restore_and_continue(case, dst, WINDOW_EDITED_EXTRA, timeout=TIMEOUT)
 
     acc, timers, watermark = window_state(case)

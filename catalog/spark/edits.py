@@ -179,10 +179,51 @@ def _plan(sql: str, tables: dict[str, EditTable], meta: StateMeta) -> PlannedSta
                 raise EditError(f"expected column = expression in SET, got {assignment.sql(dialect='spark')!r}")
             path = _target_path(assignment.this, table)
             target_type = _path_type(table, path, sql)
-            planned.assignments.append(
-                (path, assign(compiler.compile(assignment.expression), target_type, ".".join(path)))
-            )
+            typed = compiler.compile(assignment.expression)
+            _refuse_null_primitive(table.state, path, typed.type)
+            planned.assignments.append((path, assign(typed, target_type, ".".join(path))))
     return planned
+
+
+# Java types with a primitive form: a POJO field of these may be declared primitive, which the
+# serializer snapshot does not record, and Flink's PojoSerializer cannot set a primitive to NULL.
+PRIMITIVE_KINDS = frozenset({"boolean", "byte", "short", "int", "long", "float", "double", "char"})
+WRAPPERS = ("ttl", "nullable", "external")
+
+
+def _refuse_null_primitive(state: StateInfo, path: tuple[str, ...], source: SqlType) -> None:
+    """Refuses a NULL into a POJO field that may be a Java primitive: Flink would fail to restore it."""
+    if path[0] != "value":
+        return
+    desc = state.value
+    parent = None
+    for name in path[1:]:
+        while desc.kind in WRAPPERS:
+            desc = desc.fields[0][1]
+        child = next((d for n, d in desc.fields if n == name), None)
+        if child is None:
+            return
+        parent, desc = desc, child
+    _check_null_fields(desc, source, ".".join(path), parent)
+
+
+def _check_null_fields(desc: Any, source: SqlType, where: str, parent: Any) -> None:
+    while desc.kind in WRAPPERS:
+        desc = desc.fields[0][1]
+    if source == NULL and parent is not None and parent.kind == "pojo" and desc.kind in PRIMITIVE_KINDS:
+        raise EditError(
+            f"cannot set {where} to NULL: it is a field of {parent.describe().split('<')[0]} written by "
+            f"Flink's {desc.kind} serializer, and if the class declares it as a primitive {desc.kind}, Flink "
+            f"cannot restore a NULL there (PojoSerializer: 'Can not set {desc.kind} field … to null value'); "
+            f"statecat cannot tell without the job's classes"
+        )
+    if source.name == "STRUCT" and desc.kind == "pojo":
+        for (_, field_type), (field_name, field_desc) in zip(source.params, desc.fields):
+            _check_null_fields(field_desc, field_type, f"{where}.{field_name}", desc)
+    elif source.name == "ARRAY" and desc.kind == "list":
+        _check_null_fields(desc.fields[0][1], source.params[0], f"{where}[]", desc)
+    elif source.name == "MAP" and desc.kind == "map":
+        _check_null_fields(desc.child("value"), source.params[1], f"{where}[key]", desc)
 
 
 def _table(node: exp.Table, tables: dict[str, EditTable], sql: str) -> EditTable:
@@ -301,7 +342,9 @@ def _insert_rows(node: exp.Insert, table: EditTable, compiler: ExpressionCompile
             )
         row: dict[str, Any] = dict.fromkeys(table.columns)
         for name, value in zip(names, values):
-            row[name] = assign(compiler.compile(value), table.columns[name], name)({})
+            typed = compiler.compile(value)
+            _refuse_null_primitive(table.state, (name,), typed.type)
+            row[name] = assign(typed, table.columns[name], name)({})
         if keyed and row["key"] is None:
             raise EditError(f"a state's key cannot be NULL: {sql!r}")
         if not keyed and row.get("subtask") is None:
@@ -323,9 +366,9 @@ class SqlEditor:
         self.meta = meta
         self.statements = statements
         self.codecs: dict[tuple[str, str], EntryCodec] = {}
-        self.warnings: list[str] = []
         self._key_groups: dict[str, frozenset[int]] = {}
         self._operator_states: dict[str, set[str]] = {}
+        self._orphans: dict[tuple[str, str, str], set[tuple]] = {}
         for statement in statements:
             op, state = statement.table.operator, statement.table.state
             if state.kind not in KEYED_KINDS:
@@ -454,14 +497,14 @@ class SqlEditor:
                 continue
             statement.matched += 1
             if statement.kind == "DELETE":
-                deleted.add(_hashable(row.key))
+                deleted.add(_identity(row))
                 continue
             updated = dict(current)
             results = [run(current) for _, run in statement.assignments]  # every SET sees the old row
             for (path, _), result in zip(statement.assignments, results):
                 _set_path(updated, path, result)
             if updated["value"] is None or (codec.kind in ("list", "map") and not updated["value"]):
-                deleted.add(_hashable(row.key))  # Flink clears a state set to null or emptied
+                deleted.add(_identity(row))  # Flink clears a state set to null or emptied
                 continue
             kept.append(StateRow(updated["key"], updated["namespace"], updated["value"]))
         return kept
@@ -474,6 +517,8 @@ class SqlEditor:
         after: dict[str, list[Entry]],
         deleted: set,
     ) -> None:
+        """Timers whose (key, namespace) lost its last state: they still fire (a window fires
+        empty). Collected per timer table; ``timer_warnings`` words them once per table."""
         live: set = set()
         timers: dict[str, set] = {}
         for state in operator.states:
@@ -483,21 +528,32 @@ class SqlEditor:
             if not entries:
                 continue
             try:
-                keys = {_hashable(r.key) for r in self.codec(operator, state).rows(key_group, entries)}
+                pairs = {_identity(r) for r in self.codec(operator, state).rows(key_group, entries)}
             except StatecatError:
                 continue
             if state.kind == "timer":
-                timers[state.name] = keys
+                timers[state.name] = pairs
             else:
-                live |= keys
+                live |= pairs
+        for name, pairs in timers.items():
+            orphans = (deleted - live) & pairs
+            if orphans:
+                self._orphans.setdefault((operator.id, operator.label, name), set()).update(orphans)
+
+    def timer_warnings(self) -> list[str]:
         names = catalog_table_names(self.meta).states
-        for key in deleted - live:
-            for name, keys in timers.items():
-                if key in keys:
-                    self.warnings.append(
-                        f"key {key!r} has no state left in operator {operator.label}, but timer table "
-                        f"{names.get((operator.id, name), name)} still holds its timers: they will fire on an empty state"
-                    )
+        out = []
+        for (operator_id, label, state), pairs in sorted(self._orphans.items()):
+            shown = ", ".join(
+                repr(key) if namespace is None else f"({key!r}, {namespace!r})" for key, namespace in sorted(pairs)[:5]
+            )
+            more = f" and {len(pairs) - 5} more" if len(pairs) > 5 else ""
+            out.append(
+                f"timer table {names.get((operator_id, state), state)} of operator {label} still holds timers of "
+                f"{len(pairs)} key(s)/namespace(s) whose state was deleted: {shown}{more}; they will fire on empty "
+                f"state (DELETE them from that table too)"
+            )
+        return out
 
 
 def element_encoder(state: StateInfo) -> Any:
@@ -691,7 +747,7 @@ def write_savepoint(
         provenance=provenance,
         keyed_runner=runner,
     )
-    warnings = list(editor.warnings) if editor is not None else []
+    warnings = editor.timer_warnings() if editor is not None else []
     for statement in planned:
         if statement.matched == 0:
             warnings.append(f"{statement.sql!r} matched no rows")
