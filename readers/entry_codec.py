@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, TIMER_TIMESTAMP_FLIP
-from statecat.readers.framing import Entry
+from statecat.readers.framing import Entry, composite_key
 from statecat.readers.keygroups import key_group_for
 from statecat.readers.native_rocksdb import key_group_prefix
 from statecat.readers.scan import KeyedStateScanner
@@ -57,16 +57,6 @@ def _bytes_encoder(desc: TypeDescriptor, what: str, state: StateInfo) -> Callabl
         return bytes(out)
 
     return encode
-
-
-def _length_trailer(n: int) -> bytes:
-    """Flink's little-endian base-256 length after an ambiguous key or namespace."""
-    out = bytearray([n & 0xFF])
-    n >>= 8
-    while n:
-        out.append(n & 0xFF)
-        n >>= 8
-    return bytes(out)
 
 
 class EntryCodec:
@@ -142,16 +132,7 @@ class EntryCodec:
     def composite_key(self, key_group: int, key: Any, namespace: Any) -> bytes:
         key_bytes = self.encoder("key")({self.key_type.fields[0][0]: key} if self.wrap_key else key)
         namespace_bytes = self.encoder("namespace")(namespace)
-        prefix = key_group_prefix(key_group, self.prefix_bytes)
-        if self.ambiguous:
-            return (
-                prefix
-                + key_bytes
-                + _length_trailer(len(key_bytes))
-                + namespace_bytes
-                + _length_trailer(len(namespace_bytes))
-            )
-        return prefix + key_bytes + namespace_bytes
+        return composite_key(key_group_prefix(key_group, self.prefix_bytes), key_bytes, namespace_bytes, self.ambiguous)
 
     def entries(self, key_group: int, row: StateRow, original: StateRow | None = None) -> list[Entry]:
         """The canonical entries of ``row``; TTL timestamps come from ``original`` (the row before

@@ -23,6 +23,30 @@ Entry = tuple[bytes, bytes]  # composite key bytes (flag cleared), value bytes
 Runs = list[tuple[int, list[Entry]]]  # (state id, entries) in stream order
 
 
+def key_group_ends(offsets: tuple[int, ...], size: int) -> dict[int, int]:
+    """Where each non-empty key-group (index into ``offsets``) ends: at the next one's start, the
+    last at the stream's end. Offsets 0 mark empty key-groups."""
+    starts = [(i, o) for i, o in enumerate(offsets) if o > 0]
+    return {i: end for (i, _), end in zip(starts, [o for _, o in starts[1:]] + [size])}
+
+
+def length_trailer(n: int) -> bytes:
+    """Flink's little-endian base-256 length written after an ambiguous key or namespace."""
+    out = bytearray([n & 0xFF])
+    n >>= 8
+    while n:
+        out.append(n & 0xFF)
+        n >>= 8
+    return bytes(out)
+
+
+def composite_key(prefix: bytes, key: bytes, namespace: bytes, ambiguous: bool) -> bytes:
+    """``prefix | key | namespace``, each part followed by its length when both are variable-length."""
+    if ambiguous:
+        return prefix + key + length_trailer(len(key)) + namespace + length_trailer(len(namespace))
+    return prefix + key + namespace
+
+
 def frame_runs(runs: Runs) -> bytes:
     """The bytes of a key-group holding ``runs``; empty runs are left out (Flink writes none).
     No runs at all: empty bytes, which the key-group's offset records as 0."""

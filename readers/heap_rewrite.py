@@ -13,7 +13,7 @@ import struct
 from collections.abc import Callable, Iterator
 
 from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, DecodeError, build_decoder
-from statecat.readers.framing import Entry, Runs
+from statecat.readers.framing import Entry, Runs, composite_key, key_group_ends
 from statecat.readers.heap_checkpoint import HeapKeyGroupDecoder
 from statecat.readers.native_rocksdb import key_group_prefix
 from statecat.readers.scan import DECODE_FAILURES, decompress_snappy_framed
@@ -48,16 +48,6 @@ def _span(desc: TypeDescriptor, what: str, state: StateInfo) -> Callable[[bytes,
     return end
 
 
-def _length_trailer(n: int) -> bytes:
-    """Flink's little-endian base-256 length after an ambiguous key or namespace."""
-    out = bytearray([n & 0xFF])
-    n >>= 8
-    while n:
-        out.append(n & 0xFF)
-        n >>= 8
-    return bytes(out)
-
-
 def entry_splitter(state: StateInfo) -> Splitter:
     namespace = state.namespace or TypeDescriptor.of("void_namespace")
     key_end = _span(state.key_type, "key", state)
@@ -74,10 +64,7 @@ def entry_splitter(state: StateInfo) -> Splitter:
     def composite(buf: bytes, pos: int, prefix: bytes) -> tuple[bytes, int]:
         ns_end = namespace_end(buf, pos)  # the namespace is written before the key
         k_end = key_end(buf, ns_end)
-        key, ns = buf[ns_end:k_end], buf[pos:ns_end]
-        if ambiguous:
-            return prefix + key + _length_trailer(len(key)) + ns + _length_trailer(len(ns)), k_end
-        return prefix + key + ns, k_end
+        return composite_key(prefix, buf[ns_end:k_end], buf[pos:ns_end], ambiguous), k_end
 
     value = state.value
     if state.state_type == "LIST" and value.kind == "list":
@@ -149,8 +136,7 @@ def heap_key_group_runs(
     compressed = next(iter(locations.values())).compressed
     prefix_bytes = operator.key_group_prefix_bytes
     first = handle.start_key_group
-    starts = [(i, o) for i, o in enumerate(handle.offsets) if o > 0]
-    ends = {i: end for (i, _), end in zip(starts, [o for _, o in starts[1:]] + [handle.stream.size])}
+    ends = key_group_ends(handle.offsets, handle.stream.size)
     stream, name, base = open_stream(meta.storage, handle.stream, 0)
     with stream:
         for i, offset in enumerate(handle.offsets):

@@ -31,10 +31,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from statecat.readers.framing import Entry, Runs, frame_runs, parse_runs
+from statecat.readers.framing import Entry, Runs, frame_runs, key_group_ends, parse_runs
 from statecat.readers.scan import decompress_snappy_framed
 from statecat.statemeta.errors import StatecatError, UnsupportedError
-from statecat.statemeta.headers import FIRST_KEYED_PROXY_WITH_COMPRESSION, SNAPPY_STREAM_IDENTIFIER, open_stream
+from statecat.statemeta.headers import (
+    FIRST_KEYED_PROXY_WITH_COMPRESSION,
+    SNAPPY_STREAM_IDENTIFIER,
+    open_stream,
+    read_stream_bytes,
+)
 from statecat.statemeta.metadata import (
     METADATA_VERSION_RELEASES,
     InlineStream,
@@ -660,7 +665,7 @@ class _KeyedRewrite:
     def header(self) -> bytes:
         stream = self.handle.meta_stream if isinstance(self.handle, NativeRocksDBHandle) else self.handle.stream
         length = self.states.header_length
-        header = bytearray(_read_prefix(self.meta, stream, length))
+        header = bytearray(read_stream_bytes(self.meta.storage, stream, 0, length)[0])
         version = int.from_bytes(header[:4], "big")
         if (
             version >= FIRST_KEYED_PROXY_WITH_COMPRESSION
@@ -736,8 +741,7 @@ class _KeyedRewrite:
 
     def _stored(self, handle: KeyGroupsHandle, first: int, last: int) -> Iterator[tuple[int, bytes, str, int]]:
         """(key-group, stored bytes, file, file offset) of each key-group of a savepoint-layout stream."""
-        starts = [(i, o) for i, o in enumerate(handle.offsets) if o > 0]
-        ends = {i: end for (i, _), end in zip(starts, [o for _, o in starts[1:]] + [handle.stream.size])}
+        ends = key_group_ends(handle.offsets, handle.stream.size)
         stream, name, base = open_stream(self.meta.storage, handle.stream, 0)
         with stream:
             for i in range(last - first + 1):
@@ -941,20 +945,6 @@ def _entries_of(data: bytes) -> list[Entry]:
     key_at, key_len, value_at, value_len = (p.tolist() for p in positions)
     raw = bytes(data)
     return [(raw[k : k + kl], raw[v : v + vl]) for k, kl, v, vl in zip(key_at, key_len, value_at, value_len)]
-
-
-def _read_prefix(meta: StateMeta, stream: StreamHandle, length: int) -> bytes:
-    handle_stream, name, base = open_stream(meta.storage, stream, 0)
-    with handle_stream:
-        data = handle_stream.read(length)
-    if len(data) != length:
-        raise StatecatError(
-            f"expected a {length}-byte stream header, the file ends after {len(data)}",
-            file=name,
-            offset=base + len(data),
-            hint="The state file is truncated",
-        )
-    return data
 
 
 __all__ = [

@@ -46,6 +46,7 @@ from statecat.readers.entry_codec import EntryCodec, StateRow
 from statecat.readers.framing import Entry
 from statecat.readers.savepoint_writer import KeyedJob, KeyedRunner, WriteSummary, rebuild_keyed_stream
 from statecat.readers.savepoint_writer import write_savepoint as write_canonical
+from statecat.readers.scan import _hashable
 from statecat.statemeta.errors import StatecatError, did_you_mean
 from statecat.statemeta.metadata_writer import KeyGroupsOut
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
@@ -648,14 +649,6 @@ def _rebuild_in_task(
 
 def _identity(row: StateRow) -> tuple:
     return (_hashable(row.key), _hashable(row.namespace))
-
-
-def _hashable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
-    return value
 
 
 def _set_path(row: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
