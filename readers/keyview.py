@@ -36,7 +36,8 @@ from statecat.statemeta.model import (
     load_state_meta,
     operator_id_for_uid,
 )
-from statecat.statemeta.naming import stable_state_names
+from statecat.statemeta.naming import matching_states, stable_state_names
+from statecat.statemeta.taken_at import FlinkCheckpointHistory, in_checkpoint_order, placing_of, savepoint_time
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
 if TYPE_CHECKING:
@@ -70,8 +71,66 @@ def coerce_key(value: Any, key_type: TypeDescriptor) -> Any:
     """``value`` as it appears in the ``key`` column of a state keyed by ``key_type``.
 
     Text is parsed for numeric and boolean keys, and as a JSON list or object for composite keys;
-    a number becomes its decimal text for a string key. Raises ``KeyNotCoercible``."""
-    return _coerce(value, key_column_type(key_type))
+    a number becomes its decimal text for a string key; a key of one field may also be given as a
+    list (or object) of that field. Raises ``KeyNotCoercible``."""
+    column = key_column_type(key_type)
+    if column is not key_type and isinstance(value, dict):  # a one-field row key as its row
+        name = key_type.fields[0][0]
+        if list(value) != [name]:
+            raise KeyNotCoercible(
+                f"{_given(value)} does not fit the key type {column.describe()} (one value, or an object of field {name})"
+            )
+        return _coerce(value[name], column)
+    if column is not key_type and isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise KeyNotCoercible(f"{_given(value)} does not fit the key type {column.describe()} (one value)")
+        return _coerce(value[0], column)
+    return _coerce(value, column)
+
+
+def key_form(key_type: TypeDescriptor) -> str:
+    """How a key of this type is written (``statecat key PATH K``, ``--key K``), for error hints."""
+    t = _unwrapped(key_column_type(key_type))
+    if t.kind in _COMPOSITE_KINDS and t.fields:
+        example = json.dumps([_example(f) for _, f in t.fields], ensure_ascii=False)
+        return f"a JSON list of its {len(t.fields)} fields, e.g. '{example}'"
+    if t.kind in _STRING_KINDS:
+        return "plain text, without quotes or brackets"
+    if t.kind in _INT_RANGES:
+        return "an integer"
+    if t.kind in _FLOAT_KINDS:
+        return "a number"
+    if t.kind in _BOOLEAN_KINDS:
+        return "true or false"
+    return "the key column shows it"
+
+
+def _unwrapped(t: TypeDescriptor) -> TypeDescriptor:
+    while t.kind in _WRAPPER_KINDS:
+        t = t.fields[0][1]
+    return t
+
+
+def _example(t: TypeDescriptor) -> Any:
+    t = _unwrapped(t)
+    if t.kind in _COMPOSITE_KINDS and t.fields:
+        return [_example(f) for _, f in t.fields]
+    if t.kind in _INT_RANGES:
+        return 1
+    if t.kind in _FLOAT_KINDS:
+        return 1.5
+    if t.kind in _BOOLEAN_KINDS:
+        return True
+    return "text"
+
+
+def _given(value: Any) -> str:
+    """What K is, in the words of an error message."""
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)} field{'s' if len(value) != 1 else ''}"
+    if isinstance(value, dict):
+        return f"an object of field{'s' if len(value) != 1 else ''} {', '.join(map(str, value))}"
+    return repr(value)
 
 
 def _coerce(value: Any, t: TypeDescriptor) -> Any:
@@ -81,7 +140,7 @@ def _coerce(value: Any, t: TypeDescriptor) -> Any:
     if kind in _COMPOSITE_KINDS and t.fields:
         return _coerce_composite(value, t)
     if isinstance(value, (list, tuple, dict)):
-        raise KeyNotCoercible(f"a composite key does not fit the key type {t.describe()}")
+        raise KeyNotCoercible(f"{_given(value)} does not fit the key type {t.describe()} (one value)")
     if kind in _STRING_KINDS:
         if isinstance(value, str):
             return value
@@ -137,19 +196,37 @@ def _coerce_composite(value: Any, t: TypeDescriptor) -> dict:
             value = json.loads(value)
         except ValueError:
             raise KeyNotCoercible(
-                f"the key type is the composite {t.describe()}: give the key as a JSON list of {len(names)} fields"
+                f"{value!r} is not a JSON list, the key type {t.describe()} has {len(names)} fields"
             ) from None
     if isinstance(value, dict):
         if set(value) != set(names):
-            raise KeyNotCoercible(f"fields {sorted(value)} are not the key's fields {names}")
+            # Flink keeps no field names for SQL and Tuple keys: they are f0, f1, ...
+            raise KeyNotCoercible(
+                f"{_given(value)} given, the key type {t.describe()} has field{'s' if len(names) != 1 else ''} "
+                + ", ".join(names)
+            )
         parts = [value[name] for name in names]
     elif isinstance(value, (list, tuple)):
         if len(value) != len(names):
-            raise KeyNotCoercible(f"{len(value)} fields given, the key type {t.describe()} has {len(names)}")
+            raise KeyNotCoercible(f"{_given(value)} given, the key type {t.describe()} has {len(names)}")
         parts = list(value)
     else:
-        raise KeyNotCoercible(f"the key type is the composite {t.describe()}: give a list of {len(names)} fields")
+        raise KeyNotCoercible(f"{value!r} is one value, the key type {t.describe()} has {len(names)} fields")
     return {name: None if part is None else _coerce(part, ftype) for part, (name, ftype) in zip(parts, t.fields)}
+
+
+def parse_key_text(text: str) -> Any:
+    """A key as typed on the command line: a JSON list or object stands for a composite key's fields
+    (checked against each key type, so ``["a", 1]`` never passes as the text of a STRING key);
+    anything else is text, coerced to the key type (``42`` is the text "42" of a STRING key)."""
+    if text[:1] in ("[", "{"):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            return text
+        if isinstance(parsed, (list, dict)):
+            return parsed
+    return text
 
 
 # ----------------------------------------------------------------------------- the key view
@@ -195,6 +272,7 @@ class SkippedState:
     state: str
     reason: str
     coercion: bool  # True when K does not fit the state's key type
+    key_type: TypeDescriptor | None = None  # the state's key type, where K does not fit it
 
     def as_dict(self) -> dict:
         return {"operator": self.operator, "operator_id": self.operator_id, "state": self.state, "reason": self.reason}
@@ -211,6 +289,9 @@ class KeyView:
     skipped: list[SkippedState] = field(default_factory=list)
     states_read: int = 0
     stats: ReadStats = field(default_factory=ReadStats)
+    # A few other keys of the key-groups read (as their key columns show them): when K has no rows,
+    # they show how keys look, e.g. "key_662" where "662" was asked for.
+    nearby_keys: list = field(default_factory=list)
 
     @property
     def coercible(self) -> bool:
@@ -265,15 +346,18 @@ def select_states(
                 )
         chosen = [(op, s) for op, s in chosen if op.id in wanted]
     if states:
-        names = {s.name for _, s in chosen}
+        named = set()
         for name in states:
-            if name not in names:
+            # Any name of a state (naming.matching_states); one name may stand for a state of several operators.
+            found = matching_states(name, chosen, meta)
+            if not found:
                 raise LookupFailedError(
                     f"unknown state {name!r} in savepoint {meta.path}"
                     + (" (in the operators named)" if operators else ""),
-                    hint=did_you_mean(name, names),
+                    hint=did_you_mean(name, {s.name for _, s in chosen}),
                 )
-        chosen = [(op, s) for op, s in chosen if s.name in set(states)]
+            named |= {(op.id, s.name) for op, s in found}
+        chosen = [(op, s) for op, s in chosen if (op.id, s.name) in named]
     return chosen
 
 
@@ -303,10 +387,10 @@ def key_view(
             coerced = coerce_key(key, state.key)
             key_group = key_group_for(coerced, state.key, op.max_parallelism)
         except KeyNotCoercible as exc:
-            view.skipped.append(SkippedState(op.label, op.id, state.name, str(exc), True))
+            view.skipped.append(SkippedState(op.label, op.id, state.name, str(exc), True, state.key))
             continue
         except StatecatError as exc:  # e.g. a SQL key field whose key-group statecat cannot compute
-            view.skipped.append(SkippedState(op.label, op.id, state.name, exc.message, True))
+            view.skipped.append(SkippedState(op.label, op.id, state.name, exc.message, True, state.key))
             continue
         try:
             scanner = cast(KeyedStateScanner, scanner_for(meta, op, state, unpickle=reader.unpickle))  # keyed
@@ -335,6 +419,7 @@ def key_view(
         for group, data, file, base in reading._key_groups(items[0][3], {key_group}, [items[0][4]] if native else None):
             for op, state, scanner, location, coerced in items:
                 batch = decode_key_group(scanner, location, group, data, file, base)
+                _note_nearby_keys(view.nearby_keys, batch, coerced)
                 for row in _rows_of_key(batch, coerced, scanner):
                     view.rows.append(
                         KeyRow(
@@ -374,6 +459,17 @@ def decode_key_group(
     return scanner._batch(columns)
 
 
+NEARBY_KEYS = 3
+
+
+def _note_nearby_keys(nearby: list, batch: pa.RecordBatch, key: Any) -> None:
+    for other in batch.column("key").slice(0, 2 * NEARBY_KEYS).to_pylist():
+        if len(nearby) >= NEARBY_KEYS:
+            return
+        if other != key and other not in nearby:
+            nearby.append(other)
+
+
 def _rows_of_key(batch: pa.RecordBatch, key: Any, scanner: KeyedStateScanner) -> list[dict]:
     if batch.num_rows == 0:
         return []
@@ -386,12 +482,32 @@ def _rows_of_key(batch: pa.RecordBatch, key: Any, scanner: KeyedStateScanner) ->
 
 
 def key_not_coercible_error(key: Any, views: Iterable[KeyView]) -> LookupFailedError:
-    reasons = sorted({s.reason for v in views for s in v.skipped if s.coercion})
-    shown = "; ".join(reasons[:4]) + (f"; and {len(reasons) - 4} more reasons" if len(reasons) > 4 else "")
+    """The error for K that fits no keyed state: per key type present, its states and why K does
+    not fit; the hint says how to write a key of each type."""
+    by_type: dict[str, tuple[TypeDescriptor, set[str], set[str]]] = {}  # type -> (type, states, reasons)
+    for skipped in (s for v in views for s in v.skipped if s.coercion):
+        if skipped.key_type is None:
+            continue
+        column = key_column_type(skipped.key_type)
+        _, states, reasons = by_type.setdefault(column.describe(), (skipped.key_type, set(), set()))
+        states.add(skipped.state)
+        reasons.add(skipped.reason)
+    parts: list[str] = []
+    forms: dict[str, list[str]] = {}  # how to write a key -> the key types written so
+    for described, (key_type, states, reasons) in sorted(by_type.items()):
+        names = sorted(states, key=lambda n: (n.startswith("_"), n))  # timers after the job's states
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        parts.append(f"{described} keys ({shown}): {'; '.join(sorted(reasons))}")
+        forms.setdefault(key_form(key_type), []).append(described)
     return LookupFailedError(
-        f"key {key!r} fits no keyed state's key type ({shown})",
-        hint="Give the key as the key column shows it: text, a number, or a JSON list of the fields of a composite key",
+        f"key {shown_key(key)} fits no keyed state's key type: {' | '.join(parts)}",
+        hint="; ".join(f"Write keys of type {' or '.join(types)} as {form}" for form, types in forms.items()) or None,
     )
+
+
+def shown_key(key: Any) -> str:
+    """A key in a message: text quoted, a composite key as the JSON list (or object) it is given as."""
+    return repr(key) if isinstance(key, str) else json.dumps(key, ensure_ascii=False, default=str)
 
 
 # ----------------------------------------------------------------------------- history
@@ -409,14 +525,10 @@ class KeyHistoryEntry:
     error: str | None = None
 
 
-def snapshot_time(path: str) -> tuple[dt.datetime | None, str]:
-    """When the snapshot was taken, and where that comes from (statemeta.taken_at, when present)."""
+def snapshot_time(path: str, flink_history: FlinkCheckpointHistory | None = None) -> tuple[dt.datetime | None, str]:
+    """When the snapshot was taken, and where that comes from (``statemeta.taken_at``)."""
     try:
-        from statecat.statemeta.taken_at import savepoint_time
-    except ImportError:
-        return None, "unknown: ordered by checkpoint id"
-    try:
-        return savepoint_time(path)
+        return savepoint_time(path, flink_history)
     except StatecatError as exc:  # the snapshot itself is then reported as unreadable
         return None, f"unknown: {exc.message}"
 
@@ -430,9 +542,12 @@ def key_history(
     unpickle: bool = False,
     allowed_roots: Sequence[str] | None = None,
     descriptors: DescriptorSource | None = None,
+    flink_history: FlinkCheckpointHistory | None = None,
 ) -> list[KeyHistoryEntry]:
     """The key view of ``key`` in every savepoint and checkpoint under ``root`` (or in each path given),
-    ordered by when each was taken (checkpoint id, then path, where the time is unknown).
+    in checkpoint order (``statemeta.taken_at.in_checkpoint_order``: by checkpoint id within a job,
+    never by a file time that a copy may have reset). ``flink_history`` (Flink's REST checkpoint history)
+    times the snapshots no stateInfo times.
 
     A snapshot that cannot be read, or lacks the named operators/states, is an entry with ``error``;
     a key that fits no keyed state of any snapshot raises ``LookupFailedError``."""
@@ -442,7 +557,7 @@ def key_history(
     paths = discover_snapshots(root) if isinstance(root, str) else list(root)
     entries = []
     for path in paths:
-        taken_at, source = snapshot_time(path)
+        taken_at, source = snapshot_time(path, flink_history)
         try:
             meta = load_state_meta(path, allowed_roots=allowed_roots, descriptors=descriptors)
         except StatecatError as exc:
@@ -454,24 +569,11 @@ def key_history(
             entries.append(KeyHistoryEntry(path, meta.checkpoint_id, taken_at, source, None, str(exc)))
             continue
         entries.append(KeyHistoryEntry(path, meta.checkpoint_id, taken_at, source, view))
-    entries.sort(key=_history_order)
+    entries = in_checkpoint_order(entries, lambda e: placing_of(e.path, taken=(e.taken_at, e.time_source)))
     views = [e.view for e in entries if e.view is not None]
     if views and not any(v.coercible for v in views):
         raise key_not_coercible_error(key, views)
     return entries
-
-
-def _history_order(entry: KeyHistoryEntry) -> tuple[bool, dt.datetime, int, str]:
-    # Snapshots of unknown time go after the timed ones; equal times by checkpoint id, then path.
-    taken = entry.taken_at
-    if taken is not None and taken.tzinfo is None:
-        taken = taken.replace(tzinfo=dt.UTC)
-    return (
-        taken is None,
-        taken or dt.datetime.min.replace(tzinfo=dt.UTC),
-        entry.checkpoint_id if entry.checkpoint_id is not None else -1,
-        entry.path,
-    )
 
 
 __all__ = [

@@ -29,6 +29,9 @@ _F64 = struct.Struct(">d")
 # snapshot payloads, framed blocks). State data never goes through here in bulk.
 MAX_FRAMED_BYTES = 256 * 1024 * 1024
 
+# What to do when the bytes end before what they announce (a cut-short copy is the usual cause).
+TRUNCATED_HINT = "Copy the file again from where the snapshot was taken; if it is whole, it is damaged"
+
 
 class DataInput:
     """Reads Java DataOutput encodings from a binary stream, counting offsets from ``base``."""
@@ -60,18 +63,28 @@ class DataInput:
         message = f"expected {expected}" if got is None else f"expected {expected}, got {got}"
         return FormatError(message, file=self.name, offset=self._pos if offset is None else offset, hint=hint)
 
+    def truncated(self, expected: str, got: object, *, offset: int | None = None) -> FormatError:
+        """A read or a length prefix past the end: the bytes were cut short, or a length is garbled."""
+        return FormatError(
+            f"truncated or corrupt: expected {expected}, got {got}",
+            file=self.name,
+            offset=self._pos if offset is None else offset,
+            hint=TRUNCATED_HINT,
+        )
+
     def read(self, n: int) -> bytes:
         if n < 0:
             raise self.error("a non-negative length", n)
         if self._end is not None and self._pos + n > self._end:
-            raise self.error(
-                f"{n} more bytes",
-                f"only {self._end - self._pos} before the end",
-                hint="The file is truncated or the data is not what Flink writes",
-            )
+            raise self.truncated(f"{n} more bytes", f"only {self._end - self._pos} before the end")
         data = self._stream.read(n)
         if len(data) != n:
-            raise self.error(f"{n} more bytes", f"end of file after {len(data)}", hint="The file is truncated")
+            raise FormatError(
+                f"truncated: expected {n} more bytes, got the end of the file after {len(data)}",
+                file=self.name,
+                offset=self._pos,
+                hint=TRUNCATED_HINT,
+            )
         self._pos += n
         return data
 
@@ -79,7 +92,7 @@ class DataInput:
         if n < 0:
             raise self.error("a non-negative length", n)
         if self._end is not None and self._pos + n > self._end:
-            raise self.error(f"{n} more bytes", f"only {self._end - self._pos} before the end")
+            raise self.truncated(f"{n} more bytes", f"only {self._end - self._pos} before the end")
         if self._stream.seekable():
             self._stream.seek(n, io.SEEK_CUR)
             self._pos += n
@@ -133,7 +146,7 @@ class DataInput:
         if n < 0 or n > limit:
             raise self.error(f"{what} between 0 and {limit}", n, offset=at)
         if self._end is not None and n > self._end - self._pos and what.endswith("bytes"):
-            raise self.error(f"{what} within the {self._end - self._pos} bytes left", n, offset=at)
+            raise self.truncated(f"{what} within the {self._end - self._pos} bytes left", n, offset=at)
         return n
 
     def read_framed_bytes(self, what: str = "length of byte array") -> bytes:

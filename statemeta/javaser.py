@@ -15,7 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from statecat.statemeta.binary import decode_modified_utf8, encode_modified_utf8
+from statecat.statemeta.binary import TRUNCATED_HINT, decode_modified_utf8, encode_modified_utf8
 from statecat.statemeta.errors import FormatError
 
 STREAM_MAGIC = 0xACED
@@ -98,8 +98,16 @@ class _Parser:
         )
 
     def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise self.fail(f"{n} more bytes", f"{len(self.data) - self.pos} left")
+        if n < 0:
+            raise self.fail("a non-negative length", n)
+        if self.pos + n > len(self.data):
+            raise FormatError(
+                f"truncated or corrupt: expected {n} more bytes in a Java serialization stream, "
+                f"got {len(self.data) - self.pos} left",
+                file=self.file,
+                offset=self.pos,
+                hint=TRUNCATED_HINT,
+            )
         chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk

@@ -608,6 +608,7 @@ class _MetadataParser:
                 f"expected a Java-serialized CheckpointProperties trailer: {exc.message}",
                 file=data.name,
                 offset=at + (exc.offset or 0),
+                hint=exc.hint,
             ) from exc
         if consumed != len(blob):
             raise FormatError(

@@ -56,8 +56,9 @@ HEAP_CHECKPOINT_LAYOUT = "heap_checkpoint"
 NATIVE_ROCKSDB_LAYOUT = "rocksdb_native"
 KEY_GROUP_LAYOUTS = ("canonical", HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
 PYFLINK_UNDECLARED_REASON = (
-    "PyFlink process-mode state: Flink stores PyFlink coder bytes without a schema; give "
-    "the job's state descriptors with `statecat snapshot --descriptors FILE` (see STATEINFO.md)"
+    "PyFlink process-mode state: Flink stores PyFlink coder bytes without a schema; pass the job's "
+    "state descriptors with --descriptors FILE (or record them once with `statecat snapshot "
+    "--descriptors FILE`; see STATEINFO.md)"
 )
 
 _MODE_TO_KIND = {"SPLIT_DISTRIBUTE": "operator_list", "UNION": "union", "BROADCAST": "broadcast"}
@@ -144,11 +145,19 @@ class StateInfo:
 
     @property
     def raw_reasons(self) -> list[str]:
-        reasons = []
+        """Why parts of the state come out as bytes: each reason once, after the serializers it
+        concerns (a PyFlink MapState's key and value share theirs)."""
+        serializers: dict[str, list[str]] = {}
         for part in (self.key, self.namespace, self.user_key, self.value):
             if part is not None:
-                reasons.extend(part.raw_reasons())
-        return reasons
+                for text in part.raw_reasons():  # "serializer: reason"
+                    serializer, _, reason = text.partition(": ")
+                    names = serializers.setdefault(reason, [])
+                    if serializer not in names:
+                        names.append(serializer)
+        return [
+            f"{', '.join(names)}: {reason}" if reason else ", ".join(names) for reason, names in serializers.items()
+        ]
 
     @property
     def decode_status(self) -> str:
@@ -187,12 +196,11 @@ class OperatorMeta:
         return 1 if self.max_parallelism <= KEY_GROUP_PREFIX_ONE_BYTE_MAX_PARALLELISM else 2
 
     def state(self, name: str) -> StateInfo:
+        """A state by name, or by another name of it (``statemeta.naming.matching_states``)."""
         for state in self.states:
             if state.name == name:
                 return state
-        raise LookupFailedError(
-            f"unknown state {name!r} in operator {self.label}", hint=did_you_mean(name, [s.name for s in self.states])
-        )
+        return _one_state(name, [(self, s) for s in self.states], None, f"operator {self.label}")[1]
 
 
 @dataclass(frozen=True)
@@ -234,27 +242,41 @@ class StateMeta:
         )
 
     def find_state(self, state: str, operator: str | None = None) -> tuple[OperatorMeta, StateInfo]:
+        """A state by name, or by another name of it (``statemeta.naming.matching_states``), in the
+        savepoint or in the named operator."""
         if operator is not None:
             op = self.operator(operator)
-            return op, op.state(state)
-        found = [(op, s) for op in self.operators for s in op.states if s.name == state]
-        if len(found) == 1:
-            return found[0]
-        if not found:
-            names = [s.name for op in self.operators for s in op.states]
-            raise LookupFailedError(
-                f"unknown state {state!r} in savepoint {self.path}", hint=did_you_mean(state, names)
-            )
-        candidates = ", ".join(f"{op.label} (id {op.id})" for op, _ in found)
-        raise LookupFailedError(
-            f"state {state!r} exists in several operators: {candidates}",
-            hint="Name the operator with --operator ID|UID|NAME",
-        )
+            return _one_state(state, [(op, s) for s in op.states], self, f"operator {op.label}")
+        return _one_state(state, list(self.states()), self, f"savepoint {self.path}")
 
     def states(self) -> Iterator[tuple[OperatorMeta, StateInfo]]:
         for op in self.operators:
             for state in op.states:
                 yield op, state
+
+
+def _one_state(
+    name: str, states: list[tuple[OperatorMeta, StateInfo]], meta: StateMeta | None, where: str
+) -> tuple[OperatorMeta, StateInfo]:
+    from statecat.statemeta.naming import matching_states  # naming builds on this module
+
+    found = matching_states(name, states, meta)
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise LookupFailedError(
+            f"unknown state {name!r} in {where}", hint=did_you_mean(name, [s.name for _, s in states])
+        )
+    if len({op.id for op, _ in found}) > 1:
+        candidates = ", ".join(f"{op.label} (id {op.id})" for op, _ in found)
+        raise LookupFailedError(
+            f"state {name!r} exists in several operators: {candidates}",
+            hint="Name the operator with --operator ID|UID|NAME",
+        )
+    raise LookupFailedError(
+        f"state name {name!r} matches several states in {where}: " + ", ".join(repr(s.name) for _, s in found),
+        hint="Give the state's name exactly as Flink wrote it",
+    )
 
 
 def load_state_meta(

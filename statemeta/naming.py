@@ -3,11 +3,13 @@ savepoint of a job whose plan did not change that state.
 
 Flink's operator names carry plan counters (``GroupAggregate[7]``) that move when an unrelated part
 of a SQL plan changes, and Flink 1.x ``_metadata`` keeps neither names nor uids. So a state is named
-by what survives both: its state name (``accState`` → ``accstate``). Only where the same state
-name occurs in several operators of a savepoint (timers, ``SourceReaderState``) is it qualified
-with its operator: the uid when there is one, else the operator's kind, its name without plan
-counters (``Source: orders[3]`` → ``source_orders``), else (no uid, no name) its id's first 8 hex
-digits; a name still shared after that gets the operator id's first 8 hex digits appended.
+by what survives both: its state name (``accState`` → ``accstate``); a PyFlink process-mode state
+by the name its job declares, with or without a descriptor file (``python-state-avg`` → ``avg``).
+Only where the same state name occurs in several operators of a savepoint (timers,
+``SourceReaderState``) is it qualified with its operator: the uid when there is one, else the
+operator's kind, its name without plan counters (``Source: orders[3]`` → ``source_orders``), else
+(no uid, no name) its id's first 8 hex digits; a name still shared after that gets the operator
+id's first 8 hex digits appended.
 
 Names depend only on the savepoint's operators and state names, never on the order they are
 listed in, so the same plan always gives the same names. The Spark catalog and the Delta lake use
@@ -15,15 +17,26 @@ these names alike (``catalog_table_names``); an operator's table of all its stat
 kind, with the operator id's first 8 hex digits only where that name is already taken. No table
 takes a SQL reserved word: such a state name is qualified by its operator, such an operator kind
 gets ``_op`` (Flink SQL's ``Join[5]`` → ``join_op``).
+
+``matching_states`` is how every command finds the state a user names: by Flink's name, by the other
+spelling of a PyFlink process-mode state (``avg`` / ``python-state-avg``), or by its table name.
 """
 
 from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from statecat.statemeta.model import STATE_META_TABLE, OperatorMeta, StateMeta, sql_name
+from statecat.statemeta.model import (
+    PYFLINK_PROCESS_STATE_PREFIX,
+    STATE_META_TABLE,
+    OperatorMeta,
+    StateInfo,
+    StateMeta,
+    sql_name,
+)
 
 # SQL plan counters: ``GroupAggregate[7]``, ``Source: orders[3]``, ``snk[4]: Writer``.
 _PLAN_COUNTER = re.compile(r"\[\d+\]")
@@ -58,7 +71,7 @@ def stable_state_names(meta: StateMeta) -> dict[tuple[str, str], str]:
     # The name holds owners of a state name first, then the candidates for a table name.
     owners: list[tuple[OperatorMeta, str]] | list[tuple[str, str, str]]
     for op, state in meta.states():
-        by_state[sql_name(state.name)].append((op, state.name))
+        by_state[sql_name(_table_stem(op, state.name))].append((op, state.name))
     names: dict[tuple[str, str], str] = {}
     candidates: dict[str, list[tuple[str, str, str]]] = defaultdict(list)  # name -> (op id, state, base)
     for base, owners in by_state.items():
@@ -75,6 +88,45 @@ def stable_state_names(meta: StateMeta) -> dict[tuple[str, str], str]:
         for op_id, state_name, base in sorted(owners):
             names[(op_id, state_name)] = f"{base}_{op_id[:8]}"
     return _deduplicated(names)
+
+
+def _table_stem(op: OperatorMeta, name: str) -> str:
+    # A descriptor file renames python-state-avg to avg: its table is avg either way, so adding the
+    # file later keeps every table (and lake history). Not where a state avg is beside it.
+    if not name.startswith(PYFLINK_PROCESS_STATE_PREFIX):
+        return name
+    short = other_spelling(name)
+    return short if short and all(s.name != short for s in op.states) else name
+
+
+def other_spelling(name: str) -> str:
+    """The other name of a PyFlink process-mode state: Flink stores a state the job declares as ``avg``
+    under ``python-state-avg``, and a descriptor file gives it back its declared name."""
+    if name.startswith(PYFLINK_PROCESS_STATE_PREFIX):
+        return name[len(PYFLINK_PROCESS_STATE_PREFIX) :]
+    return PYFLINK_PROCESS_STATE_PREFIX + name
+
+
+def matching_states(
+    name: str,
+    states: Iterable[tuple[OperatorMeta, StateInfo]],
+    meta: StateMeta | None = None,
+) -> list[tuple[OperatorMeta, StateInfo]]:
+    """The states among ``states`` that ``name`` names, by the first rule that matches any: Flink's
+    state name; the other spelling of a PyFlink process-mode state (``other_spelling``); the state's
+    table name in ``meta`` (``stable_state_names``) or its name in any case and punctuation
+    (``accstate``). Several matches are for the caller to refuse as ambiguous."""
+    states = list(states)
+    found = [(op, s) for op, s in states if s.name == name]
+    if not found:
+        found = [(op, s) for op, s in states if s.name == other_spelling(name)]
+    if not found:
+        folded = sql_name(name)
+        tables = stable_state_names(meta) if meta is not None else {}
+        found = [
+            (op, s) for op, s in states if sql_name(s.name) == folded or tables.get((op.id, s.name)) == name.lower()
+        ]
+    return found
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,9 @@ directories holding ``_metadata`` (it never descends into them, nor into ``share
 and stats their ``_metadata``: a poll costs one listing per directory and one stat per savepoint,
 and reads nothing it has seen before.
 
+Savepoints ready in one poll are handed on in checkpoint order (``taken_at.in_checkpoint_order``),
+so a copied backlog is snapshotted, attached and materialized oldest first, not in listing order.
+
 A savepoint is snapshotted once it is complete: its ``_metadata`` is unchanged (size and mtime)
 over two consecutive polls and parses, and every state file it refers to exists with at least the
 size its handle records (``statemeta.completeness``). One whose state files are missing or short
@@ -23,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 import pyarrow.fs as pafs
 
@@ -32,6 +35,7 @@ from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.metadata import read_metadata
 from statecat.statemeta.stateinfo import STATE_INFO_FILE, _filesystem_for, _read_json, is_fresh, snapshot
 from statecat.statemeta.storage import METADATA_FILE, SAVEPOINT_DIR_PREFIXES, Storage, open_storage
+from statecat.statemeta.taken_at import in_checkpoint_order, placing_of
 
 if TYPE_CHECKING:
     from statecat.statemeta.descriptors import DescriptorSet
@@ -56,6 +60,16 @@ class _Seen:
     # Parsed once per _metadata stamp: the savepoint's storage and the size each state file needs.
     storage: Storage | None = None
     needed: dict[str, int] | None = None
+
+
+class _Ready(NamedTuple):
+    """A savepoint this poll hands on: snapshotted now, or found with a matching stateInfo."""
+
+    uri: str
+    base: str
+    directory: str
+    entry: _Seen
+    already_done: bool
 
 
 @dataclass
@@ -121,18 +135,17 @@ class Watcher:
     def poll(self) -> list[Event]:
         events = []
         present = set()
+        ready: list[_Ready] = []
         for root, filesystem, base, directory, meta in self.candidates():
             present.add(directory)
             stamp = (meta.size, meta.mtime_ns or 0)
             entry = self.seen.get(directory)
+            uri = self._uri(root, base, directory)
             if entry is None:
                 entry = self.seen[directory] = _Seen(stamp)
-                uri = self._uri(root, base, directory)
                 # A stateInfo may arrive with _metadata, ahead of the state files: done only when they are there.
                 if self._already_done(root, filesystem, base, directory) and self._all_there(uri, entry):
-                    entry.status, entry.storage, entry.needed = "done", None, None
-                    events.append(Event("done", directory, "stateInfo already matches"))
-                    self._ready(uri)
+                    ready.append(_Ready(uri, base, directory, entry, already_done=True))
                     continue
             elif entry.stamp != stamp:
                 entry.stamp, entry.polls_stable, entry.status = stamp, 0, "pending"
@@ -144,7 +157,15 @@ class Watcher:
             if entry.polls_stable + 1 < self.stable_polls:
                 events.append(Event("waiting", directory, "_metadata may still be written"))
                 continue
-            events.append(self._process(root, base, directory, entry))
+            ready.append(_Ready(uri, base, directory, entry, already_done=False))
+        # Handed on in the order Flink took them (a copied backlog arrives in one poll, in listing order).
+        for item in in_checkpoint_order(ready, lambda r: placing_of(r.uri)):
+            if item.already_done:
+                item.entry.status, item.entry.storage, item.entry.needed = "done", None, None
+                events.append(Event("done", item.directory, "stateInfo already matches"))
+                self._ready(item.uri)
+            else:
+                events.append(self._process(item.uri, item.base, item.directory, item.entry))
         for gone in [d for d, e in self.seen.items() if d not in present and e.stamp != (-1, -1)]:
             del self.seen[gone]  # deleted savepoints: memory stays bounded by what exists
         return events
@@ -180,9 +201,8 @@ class Watcher:
             return root
         return root.rstrip("/") + "/" + relative
 
-    def _process(self, root: str, base: str, directory: str, entry: _Seen) -> Event:
+    def _process(self, uri: str, base: str, directory: str, entry: _Seen) -> Event:
         """Snapshots the savepoint if it is complete; else says what it waits for or why it is skipped."""
-        uri = self._uri(root, base, directory)
         try:
             missing = self._missing(uri, entry)
             if missing:

@@ -179,7 +179,7 @@ def test_cli_reports_errors_without_traceback(savepoint):
 
 
 def test_cli_unknown_state_suggests_names(savepoint):
-    result = _cli("read", str(savepoint), "--state", "accstate")
+    result = _cli("read", str(savepoint), "--state", "accStat")
     assert result.returncode == 2
-    assert "unknown state 'accstate'" in result.stderr and "Did you mean 'accState'?" in result.stderr
+    assert "unknown state 'accStat'" in result.stderr and "Did you mean 'accState'?" in result.stderr
     assert "Traceback" not in result.stderr

@@ -145,6 +145,15 @@ def test_readme_main_command_prints_the_key_662_aggregate(home, tmp_path):
         "1 row",
     ]
     assert not (tmp_path / "metastore_db").exists()  # STATECAT_HOME holds the metastore, not the cwd
+    assert "Using incubator modules" not in done.stderr  # the JDK's warning is filtered from Spark's JVM
+
+
+@pytest.mark.spark
+def test_statecat_sql_tables_show_whole_paths(home, tmp_path):
+    done = _statecat("sql", "SELECT database, path FROM statecat.savepoints ORDER BY database", home=home, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in done.stdout.splitlines()[3:-2]]
+    assert rows == sorted([c.replace(".", "_"), str(CASES_DIR / c / "savepoint")] for c in CASES)
 
 
 @pytest.mark.spark

@@ -74,7 +74,8 @@ def test_inspect_text_shows_kinds_and_types():
     assert result.returncode == 0, result.stderr
     assert "operator keyed-fn" in result.stdout
     assert (
-        "per_tag  (keyed MAP)  key ROW<f0 STRING>, namespace VOID_NAMESPACE, value MAP<STRING, LONG>" in result.stdout
+        "per_tag  (keyed MAP; table per_tag)  key ROW<f0 STRING>, namespace VOID_NAMESPACE, value MAP<STRING, LONG>"
+        in result.stdout
     )
 
 

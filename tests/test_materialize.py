@@ -29,18 +29,20 @@ from statecat.statemeta.naming import stable_state_names
 from tests.crashing_materialize import CRASH_EXIT_CODE
 from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir
 
-# One SQL GROUP BY job, snapshotted by several Flink versions and backends: one job's history.
+# One SQL GROUP BY job, snapshotted by several Flink versions and backends: one job's history. The
+# snapshots are checkpoint 1 of separate runs (ordered by their mtimes, a day apart), then the
+# retained checkpoint 2: the lake orders by checkpoint id first.
 GROUPBY_HISTORY = (
     "sql_groupby_hashmap_1.15",
     "sql_groupby_rocksdb_1.15",
     "sql_groupby_hashmap_1.20",
     "sql_groupby_rocksdb_1.20",
     "sql_groupby_hashmap_2.0",
-    "sql_groupby_checkpoint_hashmap_2.3",
     "sql_groupby_native_rocksdb_2.3",
     "sql_groupby_rocksdb_2.3",
     "sql_groupby_compressed_2.3",
     "sql_groupby_hashmap_2.3",
+    "sql_groupby_checkpoint_hashmap_2.3",
 )
 # Snapshots only partly readable (status "partial"): none since native RocksDB state is read.
 PARTIAL: set[str] = set()

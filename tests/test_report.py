@@ -1,5 +1,6 @@
 """Sizes, skew and rescale previews (readers/skew.py), their pictures, the notebook display (HTML
-reprs) and `statecat report PATH --html OUT`, checked against the fixtures' expected content."""
+reprs) and `statecat report PATH --html OUT`, checked against the fixtures' expected content; the
+pictures' texts name operators, states and keys whole, inside the figure."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from collections import Counter
 import pytest
 
 from statecat.catalog import plots
+from statecat.catalog.report import page
 from statecat.catalog.spark.databases import AttachResult
 from statecat.readers import SavepointReader, skew
 from statecat.readers.keygroups import key_group_for
 from statecat.statemeta.errors import LookupFailedError, StatecatError
 from statecat.statemeta.model import load_state_meta
+from tests.figure_texts import drawn_texts, text_faults, whole
 from tests.fixtures.expected import iter_states, load_expected, savepoint_dir
 
 EXAMPLE = "sql_groupby_hashmap_2.3"  # accState: 2000 keys, parallelism 2, max parallelism 128
@@ -25,6 +28,13 @@ THREAD = "datastream_thread_2.3"  # per_tag: MapState, one entry per (key, tag)
 JOIN = "sql_join_2.3"  # parallelism 3, max parallelism 256
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 HOSTILE = "<script>alert('x')</script>&"
+LONGEST_NAMES = "datastream_thread_1.20"  # the fixtures' longest: operator ids as names, timer states
+WINDOW = "sql_window_2.3"
+# How Flink names a SQL window aggregation unless table.exec.simplify-operator-name-enabled.
+FLINK_SQL_NAME = (
+    "GlobalWindowAggregate[4](groupBy=[word], window=[TUMBLE(win_end=[$window_end], size=[1 min])], "
+    "select=[word, COUNT(*) AS cnt, SUM(amount) AS total, start('w$) AS window_start, end('w$) AS window_end])"
+)
 
 
 def _expected(case: str, state: str) -> tuple[dict, dict]:
@@ -205,3 +215,76 @@ def test_report_errors_are_one_line(tmp_path):
     no_savepoint = _statecat("report", str(tmp_path), "--html", str(tmp_path / "r.html"))
     assert no_savepoint.returncode == 2 and no_savepoint.stderr.startswith("statecat: error:")
     assert not (tmp_path / "r.html").exists()
+
+
+def _named_operator(case: str, operator: str, name: str):
+    meta = load_state_meta(str(savepoint_dir(case)))
+    ops = tuple(dataclasses.replace(op, uid=None, name=name) if op.label == operator else op for op in meta.operators)
+    return dataclasses.replace(meta, operators=ops)
+
+
+def _report_figures(monkeypatch, meta, **options) -> list[tuple[str, object]]:
+    """The report's figures, each with its alt text, as report_html draws them."""
+    figures = []
+    image = page.image
+
+    def recording(figure, alt):
+        figures.append((alt, figure))
+        return image(figure, alt)
+
+    monkeypatch.setattr(page, "image", recording)
+    page.report_html(meta, **options)
+    return figures
+
+
+@pytest.mark.parametrize(
+    ("meta", "max_states"),
+    [
+        (lambda: load_state_meta(str(savepoint_dir(LONGEST_NAMES))), 10),
+        (lambda: _named_operator(WINDOW, "WindowAggregate[4]", FLINK_SQL_NAME), 1),
+    ],
+    ids=[LONGEST_NAMES, "flink-sql-operator-name"],
+)
+def test_report_pictures_carry_whole_names_that_fit(monkeypatch, meta, max_states):
+    meta = meta()
+    sizes = skew.state_sizes(meta)
+    shown = sorted((row for row in sizes if row.kind in ("keyed", "timer") and row.entries), key=lambda r: -r.bytes)
+    shown = shown[:max_states]
+    figures = _report_figures(monkeypatch, meta, max_states=max_states)
+    assert len(figures) == 1 + 3 * len(shown)
+    texts = {alt: [whole(text) for text, _ in drawn_texts(figure)] for alt, figure in figures}
+    for alt, figure in figures:
+        assert text_faults(figure) == [], alt
+    bars = texts["state size per operator and state"]
+    assert all(whole(f"{row.operator} / {row.state}") in bars for row in sizes if row.bytes)
+    for row in shown:
+        title = f"{row.state} ({row.operator})"
+        assert whole(f"key-group skew: {title}") in texts[f"key-group skew of {title}"]
+        assert any(re.fullmatch(rf"top\d+keysof{re.escape(whole(title))}", t) for t in texts[f"top keys of {title}"])
+        assert whole(f"rescale preview: {title}") in texts[f"rescale preview of {title}"]
+
+
+def test_long_keys_and_many_subtasks_fit():
+    reader = SavepointReader(str(savepoint_dir(EXAMPLE)))
+    groups = skew.key_group_stats(reader, "accState")
+    unbroken = "k" * 300  # no space or separator to break at: wrapped inside the word
+    keys = skew.SizeTable(
+        [skew.KeySize(unbroken, 1, 66), skew.KeySize(b"\x00" * 90, 1, 60)],
+        skew.KeySize,
+        "top keys",
+        operator=FLINK_SQL_NAME,
+        state="accState",
+    )
+    figure = plots.top_keys(keys, width=page.SIDE_FIGURE_INCHES)
+    assert text_faults(figure) == []
+    texts = [whole(text) for text, _ in drawn_texts(figure)]
+    assert unbroken in texts and "0x" + "00" * 90 in texts
+    for parallelism in (1, groups.max_parallelism):
+        figure = plots.rescale_preview(groups, parallelism, width=page.SIDE_FIGURE_INCHES)
+        assert text_faults(figure) == [], parallelism
+    # 128 key-group ranges side by side cannot be read: the subtasks are numbered instead.
+    assert not any(re.fullmatch(r"\d+\n\d+-\d+", text) for text, _ in drawn_texts(figure))
+    empty = plots.top_keys(skew.SizeTable([], skew.KeySize, "top keys", state=FLINK_SQL_NAME))
+    assert text_faults(empty) == [] and whole(f"{FLINK_SQL_NAME} holds no keys") in [
+        whole(text) for text, _ in drawn_texts(empty)
+    ]

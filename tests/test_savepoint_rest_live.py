@@ -484,3 +484,40 @@ def test_watch_snapshots_each_new_savepoint_and_checkpoint_once(cluster, job, tm
     )
     assert again.returncode == 0 and " wrote " not in again.stdout + again.stderr, again.stderr
     assert [(sp / STATE_INFO_FILE).stat().st_mtime_ns for sp in savepoints] == stamps
+
+
+def test_flinks_checkpoint_history_times_and_orders_copied_savepoints(cluster, job, tmp_path):
+    """``--rest``: Flink's own history (``GET /jobs/<id>/checkpoints``) times copies of its savepoints,
+    which a copy gave one mtime; the lake lists them by the checkpoint ids Flink reports."""
+    import datetime as dt
+
+    import deltalake
+
+    from statecat.catalog.cli.savepoint import fetch_checkpoint_history
+    from statecat.catalog.lake.materialize import Materializer
+    from statecat.catalog.lake.tables import read_delta
+    from statecat.statemeta.taken_at import SOURCE_FLINK_HISTORY
+
+    job_id, _ = job
+    taken = [Path(_trigger(cluster, job_id, cluster.work / "savepoints-history")) for _ in range(3)]
+    copied = tmp_path / "copied"
+    for sp in reversed(taken):  # the newest copied first: its mtime is the oldest
+        shutil.copytree(sp, copied / sp.name, copy_function=shutil.copy)
+    history = fetch_checkpoint_history(cluster.url)
+    raw = _get(f"{cluster.url}/jobs/{job_id}/checkpoints")  # the ground truth, read right after
+    listed = [e for e in raw["history"] + [raw["latest"]["savepoint"]] if e and e.get("external_path")]
+    truth = {
+        Path(e["external_path"].removeprefix("file:")).name: (
+            e["id"],
+            dt.datetime.fromtimestamp(e["latest_ack_timestamp"] / 1000, dt.UTC),
+        )
+        for e in listed
+        if e["status"] == "COMPLETED" and e["is_savepoint"]
+    }
+    assert {sp.name for sp in taken} <= set(truth), (sorted(truth), [sp.name for sp in taken])
+    result = Materializer(tmp_path / "lake", flink_history=history).run([str(copied)])
+    want = sorted((truth[sp.name][0], str(copied / sp.name)) for sp in taken)
+    assert [s.path for s in result.snapshots] == [path for _, path in want]
+    rows = read_delta(deltalake.DeltaTable(str(tmp_path / "lake" / "snapshots"))).to_pylist()
+    got = {Path(r["path"]).name: (r["checkpoint_id"], r["taken_at"], r["taken_at_source"]) for r in rows}
+    assert got == {sp.name: (*truth[sp.name], SOURCE_FLINK_HISTORY) for sp in taken}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -220,6 +221,43 @@ def test_serve_json_and_the_line_name_the_server(server):
     )
     lines = server.stdout.read_text().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"serving on jdbc:hive2://127.0.0.1:{server.port}/ ")
+    assert "Using incubator modules" not in server.stderr.read_text()  # the JDK's warning is filtered
+
+
+def test_the_printed_commands_work_as_pasted_in_a_clean_shell(server):
+    """The line's beeline and sql commands run from a shell with no virtualenv activated and no SPARK_HOME."""
+    line = server.stdout.read_text().splitlines()[0]
+    commands = re.findall(r"`([^`]+)`", line)
+    assert len(commands) == 2 and " beeline -u " in commands[0] and " sql --home " in commands[1], line
+    env = {"PATH": "/usr/bin:/bin", "HOME": os.environ["HOME"]}
+    if os.environ.get("PYTHONPATH"):  # tests run from a source tree: the code under test, not an activation
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    lookup = f"SELECT key, value.f0, value.f1 FROM {DATABASE}.accstate WHERE key = 'key_662'"
+    f0, f1 = expected_accstate(CASE)["key_662"]
+    beeline = subprocess.run(
+        ["bash", "-c", f'{commands[0]} --silent=true --outputformat=csv2 -e "{lookup}"'],
+        cwd="/",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert beeline.returncode == 0, beeline.stderr[-3000:]
+    # beeline echoes its prompt in front of the header
+    assert [row for row in beeline.stdout.splitlines() if row.startswith("key_662")] == [f"key_662,{f0},{f1}"]
+    assert "Using incubator modules" not in beeline.stderr
+    sql = subprocess.run(
+        ["bash", "-c", commands[1].replace('"QUERY"', f'"{lookup}" --format csv')],
+        cwd="/",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert sql.returncode == 0, sql.stderr[-3000:]
+    assert sql.stdout.splitlines() == ["key,f0,f1", f"key_662,{f0},{f1}"]
 
 
 def test_superset_s_route_sqlalchemy_over_pyhive_reads_the_state(server):

@@ -179,17 +179,16 @@ def test_statements_not_understood_are_refused_before_writing(tmp_path, statemen
 
 
 def test_state_shown_as_bytes_cannot_be_edited_but_its_rows_can_be_deleted(tmp_path):
-    case = "datastream_process_2.3"  # PyFlink process mode without descriptors: coder bytes
-    with pytest.raises(EditError, match="python_state_avg.*shown only as bytes"):
+    # PyFlink process mode without descriptors: coder bytes, in the table of the job's name for the state
+    case = "datastream_process_2.3"
+    with pytest.raises(EditError, match="python-state-avg.*shown only as bytes"):
         write_savepoint(
             str(savepoint_dir(case)),
             str(tmp_path / "out"),
-            sql="UPDATE python_state_avg SET value = X'00' WHERE key = 'k_0'",
+            sql="UPDATE avg SET value = X'00' WHERE key = 'k_0'",
         )
     assert list(tmp_path.iterdir()) == []
-    write_savepoint(
-        str(savepoint_dir(case)), str(tmp_path / "out"), sql="DELETE FROM python_state_avg WHERE key = 'k_0'"
-    )
+    write_savepoint(str(savepoint_dir(case)), str(tmp_path / "out"), sql="DELETE FROM avg WHERE key = 'k_0'")
     (change,) = _changes(savepoint_dir(case), tmp_path / "out")
     assert (change["change"], change["key"]) == ("removed", "k_0")
 

@@ -7,7 +7,9 @@ several commands share lives in ``options.py`` (arguments) and ``output.py`` (ta
 
 The CLI is the top of the house: it may import every other part of statecat (``statemeta``,
 ``readers``, ``catalog.spark``, ``catalog.servers``, ``catalog.lake``, ``catalog.report``), and
-nothing imports it. Spark is imported inside ``run`` only, so the reader commands start without it.
+nothing imports it. Only the command being run is imported, and Spark inside its ``run`` only, so
+that a mistake in the arguments answers at once; commands that start Spark check their paths,
+names and options before they do.
 
 Errors statecat raises on purpose (``StatecatError``) and errors Spark reports for a query or a
 savepoint (see ``catalog.spark.errors``) print as one line on stderr with exit code 2; nothing else
@@ -19,12 +21,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Iterator
 from types import ModuleType
 
 from statecat.catalog.spark.errors import spark_error_message, spark_error_types
 from statecat.statemeta.errors import StatecatError
-from statecat.statemeta.storage import allow_roots_for_process
 
 COMMANDS = [
     "inspect",
@@ -43,24 +43,33 @@ COMMANDS = [
     "sql",
     "serve",
     "spark-sql",
+    "beeline",
     "metastore",
     "materialize",
 ]
 EXIT_USER_ERROR = 2
 
 
-def _command_modules() -> Iterator[tuple[str, ModuleType]]:
-    for name in COMMANDS:
-        yield name, importlib.import_module(f"statecat.catalog.cli.{name.replace('-', '_')}")
+def _command_module(name: str) -> ModuleType:
+    return importlib.import_module(f"statecat.catalog.cli.{name.replace('-', '_')}")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; given ``command``, only that command's module is imported.
+
+    The others are bare choices then: their modules import pyarrow, numba or Spark's helpers, and a
+    mistake in the arguments of one command should answer at once (``statecat --help`` imports all).
+    """
     from statecat import __version__
 
     parser = argparse.ArgumentParser(prog="statecat", description="Apache Flink savepoints as SQL databases, on Spark.")
     parser.add_argument("--version", action="version", version=f"statecat {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module in _command_modules():
+    for name in COMMANDS:
+        if command is not None and name != command:
+            subparsers.add_parser(name)
+            continue
+        module = _command_module(name)
         sub = subparsers.add_parser(name, help=module.HELP, description=getattr(module, "DESCRIPTION", None))
         module.add_arguments(sub)
         sub.add_argument(
@@ -76,12 +85,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Commands that hand their arguments on to another program: statecat's own options come first.
-PASSTHROUGH_COMMANDS = {"spark-sql"}
+PASSTHROUGH_COMMANDS = {"spark-sql", "beeline"}
 _OPTIONS_WITH_VALUE = ("--home", "--allow-root")
 
 
+def _command_word(argv: list[str]) -> int | None:
+    """Where the command is in ``argv``: the first word that is not an option (``statecat`` itself has
+    no option that takes a value)."""
+    return next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+
+
 def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
-    command = next((i for i, a in enumerate(argv) if not a.startswith("-")), None)
+    command = _command_word(argv)
     if command is None or argv[command] not in PASSTHROUGH_COMMANDS:
         return argv, None
     i = command + 1
@@ -98,12 +113,18 @@ def _split_passthrough(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 def main(argv: list[str] | None = None) -> int:
     argv, passthrough = _split_passthrough(sys.argv[1:] if argv is None else list(argv))
-    args = build_parser().parse_args(argv)
+    at = _command_word(argv)
+    # An unknown word imports no command module: argparse lists the choices.
+    command = None if at is None else argv[at] if argv[at] in COMMANDS else ""
+    args = build_parser(command).parse_args(argv)
     if passthrough is not None:
         args.passthrough = passthrough
     try:
-        # Through the environment the roots also reach Spark's Python workers started later.
-        allow_roots_for_process(args.allow_root)
+        if args.allow_root:
+            from statecat.statemeta.storage import allow_roots_for_process  # pyarrow: only when needed
+
+            # Through the environment the roots also reach Spark's Python workers started later.
+            allow_roots_for_process(args.allow_root)
         return args.run(args) or 0
     except StatecatError as exc:
         print(f"statecat: error: {exc}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
@@ -31,9 +32,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_home_argument(parser)
 
 
+def check_attach_arguments(roots: list[str], descriptors: str | None) -> None:
+    """What attaching would refuse, refused before Spark starts: a bad descriptor file, a local root
+    that does not exist or holds no savepoint. (A URI root is listed once, by the attach itself.)"""
+    from statecat.catalog.spark.databases import savepoints_under
+    from statecat.statemeta.descriptors import load_descriptors
+
+    if descriptors:
+        load_descriptors(os.path.abspath(descriptors))
+    for root in roots:
+        if "://" not in root:
+            savepoints_under(root)
+
+
 def run(args: argparse.Namespace) -> int:
     from statecat.catalog.spark.databases import attach, attach_with_descriptors
 
+    check_attach_arguments(args.roots, args.descriptors)
     spark = cli_session(args.home)
     if args.descriptors:
         result = attach_with_descriptors(spark, args.roots, args.descriptors)

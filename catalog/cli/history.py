@@ -1,5 +1,6 @@
 """``statecat history ROOT K``: the key view of K in every savepoint and checkpoint under ROOT,
-ordered by when each was taken (by checkpoint id where the time is unknown)."""
+in the order Flink took them (``statemeta.taken_at.in_checkpoint_order``: by checkpoint id within a
+job, never by a copy's mtime)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import os
 import sys
 from typing import TYPE_CHECKING, cast
 
+from statecat.catalog.cli.key import write_absent_key
 from statecat.catalog.cli.options import add_key_arguments, descriptors_of
 from statecat.catalog.cli.output import cell, row_json, write_table
+from statecat.catalog.cli.savepoint import add_rest_history_argument, flink_history_of
 from statecat.readers import key_history
 from statecat.statemeta.errors import SavepointNotFoundError
 
@@ -31,9 +34,11 @@ DESCRIPTION = (
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", help="a directory (or URI) holding savepoints and checkpoints, or one of them")
     add_key_arguments(parser)
+    add_rest_history_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
+    flink_history = flink_history_of(args)  # a wrong REST address fails before any snapshot is read
     entries = key_history(
         args.root,
         args.key,
@@ -41,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         states=args.state,
         unpickle=args.unpickle,
         descriptors=descriptors_of(args),
+        flink_history=flink_history,
     )
     if not entries:
         raise SavepointNotFoundError(
@@ -84,6 +90,12 @@ def run(args: argparse.Namespace) -> int:
         writer.writerows(rows)
     else:
         write_table(out, COLUMNS, rows)
+    views = [e.view for e in entries if e.view is not None]
+    if views and not any(v.rows for v in views):  # never a silent empty answer (CSV: header only)
+        nearby = next((v.nearby_keys for v in reversed(views) if v.nearby_keys), [])
+        table = args.format == "table"
+        write_absent_key(out if table else sys.stderr, args.key, nearby, counted=table)
+    if args.format == "table":
         # Flink records no time in _metadata: say where each time comes from (e.g. a copy's mtime).
         out.write(f"times from: {'; '.join(sorted({e.time_source for e in entries}))}\n")
     return 0

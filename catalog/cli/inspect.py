@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from statecat.catalog.cli.options import add_descriptors_argument, descriptors_of
 from statecat.readers.state_bytes import subtask_stream_bytes
 from statecat.statemeta.metadata import (
     KeyGroupsHandle,
@@ -24,10 +25,11 @@ HELP = "show the operators and states of a savepoint"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", help="savepoint directory (holding _metadata), or its URI")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
+    add_descriptors_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    meta = load_state_meta(args.path)
+    meta = load_state_meta(args.path, descriptors=descriptors_of(args))
     report = describe(meta)
     if args.json:
         json.dump(report, sys.stdout, indent=2)
@@ -139,7 +141,8 @@ def render_text(report: dict) -> str:
         for reason in op["unsupported"]:
             lines.append(f"  not readable: {reason}")
         for st in op["states"]:
-            kind = st["kind"] + (f" {st['state_type']}" if st["state_type"] else "")
+            # The table name is the state's name in SQL (and its other name in read, key, ...).
+            kind = st["kind"] + (f" {st['state_type']}" if st["state_type"] else "") + f"; table {st['table']}"
             if st["key_type"] is not None:
                 types = f"key {st['key_type']}, namespace {st['namespace_type']}, value {st['value_type']}"
             else:

@@ -1,8 +1,10 @@
 """``statecat key PATH K``: every keyed state of every operator that holds key K, as tidy rows.
 
 K is coerced to each state's key type (text, a number, or a JSON list of a composite key's
-fields); states it does not fit are listed as skipped, with the reason. Each state is read through
-K's one key-group only.
+fields); states it does not fit are listed as skipped, with the reason, and K that fits none is an
+error. Each state is read through K's one key-group only. A K no state holds prints "0 rows" (on
+stderr for CSV, ``"rows": []`` in JSON) with a few keys of its key-group, to tell a missing key
+from one written another way.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ import argparse
 import csv
 import json
 import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
 
 from statecat.catalog.cli.options import add_key_arguments, descriptors_of
 from statecat.catalog.cli.output import cell, row_json, write_table
 from statecat.readers import SavepointReader
+from statecat.readers.keyview import shown_key
 
 COLUMNS = ["operator", "state", "namespace", "value"]
 
@@ -59,4 +64,20 @@ def run(args: argparse.Namespace) -> int:
         notes = out
     for skipped in view.skipped:
         notes.write(f"skipped {skipped.state!r} of {skipped.operator}: {skipped.reason}\n")
+    if not rows:
+        write_absent_key(notes, args.key, view.nearby_keys, counted=args.format == "table")
     return 0
+
+
+def write_absent_key(
+    out: TextIO, key: Any, nearby: Sequence, *, state: str | None = None, counted: bool = False
+) -> None:
+    """Says that no state (or ``state``) holds ``key``, with keys of its key-group as they are
+    written (``nearby``). ``counted``: a table above already said "0 rows"."""
+    text = "" if counted else "0 rows: "
+    text += f"no state holds key {shown_key(key)}" if state is None else f"{state!r} holds no key {shown_key(key)}"
+    if nearby:
+        # Stored composite keys (dicts of f0, f1, ...) as the JSON lists a user types.
+        typed = [list(k.values()) if isinstance(k, dict) else k for k in nearby]
+        text += f" (keys beside it in its key-group: {', '.join(map(shown_key, typed))})"
+    out.write(text + "\n")

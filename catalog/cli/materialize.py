@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from statecat.catalog.cli.savepoint import add_rest_history_argument, flink_history_of
 from statecat.catalog.lake.materialize import DEFAULT_VACUUM_HOURS, Materializer, Retention, Selection, SnapshotResult
 from statecat.statemeta.errors import StatecatError
 
@@ -18,7 +19,7 @@ HELP = "write savepoints' state into Delta tables (history for dashboards)"
 DESCRIPTION = (
     "Writes the state of every savepoint and checkpoint at or under the paths into Delta tables "
     "under LAKE: one table per logical state (partitioned by snapshot), plus snapshots, "
-    "state_meta and state_stats. Snapshots already in the lake are skipped."
+    "state_meta and state_stats, in checkpoint-id order. Snapshots already in the lake are skipped."
 )
 
 
@@ -51,6 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "readers of older table versions)",
     )
     parser.add_argument("--descriptors", metavar="FILE", help="descriptor file with the jobs' declared state types")
+    add_rest_history_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object per snapshot")
 
 
@@ -64,6 +66,7 @@ def run(args: argparse.Namespace) -> int:
         from statecat.statemeta.descriptors import load_descriptors
 
         descriptors = load_descriptors(args.descriptors)
+    flink_history = flink_history_of(args)  # a wrong REST address fails before anything is written
 
     def show(item: SnapshotResult) -> None:
         if args.json:
@@ -84,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         retention=Retention(args.keep, args.keep_days, args.vacuum_hours),
         descriptors=descriptors,
         on_result=show,
+        flink_history=flink_history,
     )
     result = materializer.run(args.paths)
     if result.removed and not args.json:

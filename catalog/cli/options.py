@@ -57,6 +57,7 @@ def add_key_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "key",
         metavar="K",
+        type=key_argument,
         help="the key as its key column shows it: text, a number, or a JSON list of the fields of a "
         "composite key, e.g. '[\"us\", 42]'",
     )
@@ -67,6 +68,13 @@ def add_key_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
     add_unpickle_argument(parser)
     add_descriptors_argument(parser)
+
+
+def key_argument(text: str) -> object:
+    """A key as typed (``K``, ``--key K``): a JSON list or object is a composite key's fields, else text."""
+    from statecat.readers.keyview import parse_key_text  # pyarrow: imported by the key commands only
+
+    return parse_key_text(text)
 
 
 def descriptors_of(args: argparse.Namespace) -> DescriptorSet | None:

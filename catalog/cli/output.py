@@ -9,7 +9,8 @@ from typing import Any, TextIO
 
 from statecat.catalog.render import json_value
 
-TABLE_CELL_WIDTH = 60
+# A table row stays one line: line breaks and tabs inside a cell print as escapes (CSV and JSON keep them).
+_CELL_ESCAPES = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
 def cell(value: Any) -> str:
@@ -26,8 +27,9 @@ def row_json(row: Any) -> dict:
 
 
 def write_table(out: TextIO, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
-    """Rows of text cells as a boxed table, each cell cut at ``TABLE_CELL_WIDTH``, then the row count."""
-    cells = [[c[:TABLE_CELL_WIDTH] for c in row] for row in rows]
+    """Rows of text cells as a boxed table, then the row count. Cells are never cut: a column is as
+    wide as its widest cell."""
+    cells = [[c.translate(_CELL_ESCAPES) for c in row] for row in rows]
     widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     line = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
     out.write(line + "\n")

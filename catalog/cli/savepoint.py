@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import logging
 import sys
 import time
 import urllib.error
@@ -20,11 +21,12 @@ from typing import NamedTuple
 
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.stateinfo import snapshot
-from statecat.statemeta.taken_at import rest_record
+from statecat.statemeta.taken_at import FlinkCheckpointHistory, rest_record
 
 DEFAULT_TIMEOUT = 600.0
 REQUEST_TIMEOUT = 30.0
 POLL_INTERVAL = 0.5
+log = logging.getLogger("statecat.savepoint")
 
 
 class RestError(StatecatError):
@@ -173,6 +175,39 @@ def local_path(location: str) -> str:
             path = path[1:]
         return path
     return location
+
+
+def add_rest_history_argument(parser: argparse.ArgumentParser) -> None:
+    """``--rest URL`` of the commands that time snapshots (history, materialize)."""
+    parser.add_argument(
+        "--rest",
+        metavar="URL",
+        help="JobManager REST address (e.g. http://localhost:8081): time the snapshots its checkpoint history "
+        "lists by Flink's acknowledgement time where their stateInfo records none",
+    )
+
+
+def flink_history_of(args: argparse.Namespace) -> FlinkCheckpointHistory | None:
+    return fetch_checkpoint_history(args.rest) if args.rest else None
+
+
+def fetch_checkpoint_history(url: str) -> FlinkCheckpointHistory:
+    """The checkpoint history (``GET /jobs/<id>/checkpoints``) of every job the JobManager lists."""
+    rest = FlinkRest(url)
+    jobs = rest.call("GET", "/jobs").get("jobs")
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) and isinstance(j.get("id"), str) for j in jobs):
+        raise RestError(
+            f"Flink's REST API answered GET /jobs without a list of jobs with ids: {json.dumps(jobs)[:200]}",
+            file=rest.url,
+            hint="Is this the JobManager's REST port?",
+        )
+    answers: dict[str, object] = {}
+    for job in jobs:
+        try:
+            answers[job["id"]] = rest.call("GET", f"/jobs/{job['id']}/checkpoints")
+        except RestError as exc:  # e.g. a job without checkpointing: its snapshots keep their mtime
+            log.warning("no checkpoint history for job %s: %s", job["id"], exc.message)
+    return FlinkCheckpointHistory.from_rest(answers, rest.url)
 
 
 HELP = "trigger a savepoint through Flink's REST API and write its stateInfo"

@@ -1,8 +1,8 @@
 """``statecat serve [ROOT...]``: a JDBC/ODBC endpoint (Spark's Thrift server) over the home's savepoints.
 
 Dashboards and BI tools connect with Hive's JDBC driver or an ODBC driver for Spark/Hive, e.g.
-``beeline -u jdbc:hive2://127.0.0.1:10000/``; ``statecat sql`` on the same home uses the server too.
-See ``catalog.servers.thrift_server``.
+``statecat beeline -u jdbc:hive2://127.0.0.1:10000/``; ``statecat sql`` on the same home uses the
+server too. See ``catalog.servers.thrift_server``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_BIND,
         help=f"address to listen on (default {DEFAULT_BIND}); any other than loopback needs --auth",
     )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument("--port", type=port_number, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     parser.add_argument(
         "--poll",
         type=float,
@@ -55,6 +55,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a HiveServer2 setting, e.g. hive.server2.authentication.ldap.url=ldap://... (repeatable)",
     )
     add_home_argument(parser)
+
+
+def port_number(text: str) -> int:
+    """``--port N``: a TCP port a client can be told, 1 to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"expected a port between 1 and 65535, got {text!r}")
+    return port
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ an error once. Arguments after the command go to ``spark-sql`` unchanged (``-e``
 from __future__ import annotations
 
 import argparse
-import os
+import sys
 
 from statecat.catalog.cli.options import add_home_argument
 
@@ -22,25 +22,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage = 'statecat spark-sql [--home DIR] [ARGS for spark-sql, e.g. -e "SELECT ..."]'
 
 
-def spark_sql_command(args: list[str]) -> list[str]:
-    import pyspark
-
-    return [os.path.join(os.path.dirname(pyspark.__file__), "bin", "spark-sql"), *args]
-
-
-def spark_sql_env(home: str, conf_dir: str) -> dict[str, str]:
-    import sys
-
-    env = dict(os.environ)
-    env.update(
-        SPARK_CONF_DIR=conf_dir, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, STATECAT_HOME=home
-    )
-    return env
-
-
 def run(args: argparse.Namespace) -> int:
     from statecat.catalog.servers import metastore
     from statecat.catalog.servers.sessions import resolve_home
+    from statecat.catalog.servers.spark_tools import run_filtered, tool_command, tool_env
     from statecat.statemeta.errors import StatecatError
 
     home = resolve_home(args.home)
@@ -50,5 +35,7 @@ def run(args: argparse.Namespace) -> int:
             hint="Give --home or set STATECAT_HOME for statecat's own catalog",
         )
     conf_dir = metastore.write_client_conf(metastore.start(home))
-    command = spark_sql_command(args.passthrough)
-    os.execvpe(command[0], command, spark_sql_env(home, conf_dir))
+    env = tool_env(
+        SPARK_CONF_DIR=conf_dir, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, STATECAT_HOME=home
+    )
+    return run_filtered(tool_command("spark-sql", args.passthrough), env)

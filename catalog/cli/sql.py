@@ -33,12 +33,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="attach the savepoints under ROOT first (repeatable; quick when already attached)",
     )
-    parser.add_argument("--limit", type=int, default=None, help="print at most N rows")
+    parser.add_argument("--limit", type=row_limit, default=None, metavar="N", help="print at most N rows")
     add_attach_descriptors_argument(parser)
     add_home_argument(parser)
 
 
+def row_limit(text: str) -> int:
+    """``--limit N``: a whole number of rows, 0 or more."""
+    try:
+        limit = int(text)
+    except ValueError:
+        limit = -1
+    if limit < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of rows (0 or more), got {text!r}")
+    return limit
+
+
 def run(args: argparse.Namespace) -> int:
+    from statecat.catalog.cli.attach import check_attach_arguments
     from statecat.catalog.servers.sql_client import query_server, server_for
     from statecat.catalog.spark.databases import attach, attach_with_descriptors
     from statecat.catalog.spark.queries import sql
@@ -49,6 +61,9 @@ def run(args: argparse.Namespace) -> int:
             hint='statecat sql --attach ROOT --descriptors FILE "QUERY" (or `statecat attach '
             "ROOT --descriptors FILE` once)",
         )
+    if not args.query.strip():
+        raise LookupFailedError("the query is empty", hint='statecat sql "SELECT * FROM statecat.savepoints"')
+    check_attach_arguments(args.attach, args.descriptors)
     # A running `statecat serve` on the home answers without starting Spark here (see sql_client).
     server = None if args.attach else server_for(args.home)
     answer = query_server(server, args.query, args.limit) if server is not None else None

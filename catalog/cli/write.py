@@ -10,7 +10,6 @@ import json
 import sys
 
 from statecat.catalog.cli.options import add_descriptors_argument, descriptors_of
-from statecat.catalog.spark.edits import write_savepoint
 from statecat.statemeta.errors import StatecatError
 
 HELP = "write a new savepoint: SQL edits of state, dropped operators, new uids"
@@ -72,21 +71,28 @@ def _uids(pairs: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from statecat.statemeta.metadata import read_metadata
+
+    set_uids = _uids(args.set_uid)
+    descriptors = descriptors_of(args)
+    read_metadata(args.src)  # a wrong SRC answers before the writer's imports (the readers compile with numba)
+    from statecat.catalog.spark.edits import write_savepoint
+
     spark = None
     if args.engine == "spark":
         from statecat.catalog.servers.sessions import session
 
-        spark = session()
+        spark = session  # started by write_savepoint once the statements, operators and DST are checked
     result = write_savepoint(
         args.src,
         args.out,
         sql=args.sql,
         drop_operators=args.drop_operator,
-        set_uids=_uids(args.set_uid),
+        set_uids=set_uids,
         max_parallelism=args.max_parallelism,
         overwrite=args.overwrite,
         spark=spark,
-        descriptors=descriptors_of(args),
+        descriptors=descriptors,
     )
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)

@@ -50,7 +50,15 @@ from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_st
 from statecat.statemeta.naming import stable_state_names
 from statecat.statemeta.stateinfo import metadata_fingerprint
 from statecat.statemeta.storage import Storage, open_storage
-from statecat.statemeta.taken_at import savepoint_time
+from statecat.statemeta.taken_at import (
+    FlinkCheckpointHistory,
+    Placing,
+    in_checkpoint_order,
+    job_id_of,
+    placing_of,
+    savepoint_time,
+    within_job_key,
+)
 
 if TYPE_CHECKING:
     from deltalake import CommitProperties, DeltaTable
@@ -62,7 +70,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("statecat.materialize")
 
 SNAPSHOT_ID_LENGTH = 16
-_JOB_ID = re.compile(r"^[0-9a-f]{32}$")
 DEFAULT_VACUUM_HOURS = 168  # Delta's default: readers of older versions keep working for a week
 
 
@@ -113,10 +120,14 @@ class Retention:
         return self.keep is not None or self.keep_days is not None
 
     def removed(self, rows: list[dict], now: dt.datetime) -> set[str]:
-        """Ids of the snapshots (rows with snapshot_id, taken_at, checkpoint_id) this rule removes."""
-        ordered = sorted(
-            rows, key=lambda r: (r["taken_at"] or _EPOCH, r["checkpoint_id"] or 0, r["snapshot_id"]), reverse=True
-        )
+        """Ids of the snapshots (rows with snapshot_id, path, taken_at, checkpoint_id) this rule removes."""
+
+        # A lake holds one job: its newest snapshots are those of the highest checkpoint ids, whatever
+        # the mtimes of copies say.
+        def placing(r: dict) -> Placing:
+            return Placing(r.get("path") or r["snapshot_id"], r["checkpoint_id"], None, r["taken_at"], "")
+
+        ordered = sorted(rows, key=lambda r: within_job_key(placing(r)), reverse=True)
         gone = set()
         if self.keep is not None:
             gone |= {r["snapshot_id"] for r in ordered[self.keep :]}
@@ -124,9 +135,6 @@ class Retention:
             cutoff = now - dt.timedelta(days=self.keep_days)
             gone |= {r["snapshot_id"] for r in ordered if r["taken_at"] is not None and r["taken_at"] < cutoff}
         return gone
-
-
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 # ----------------------------------------------------------------------------- discovery
@@ -142,6 +150,7 @@ class Candidate:
     taken_at: dt.datetime | None
     taken_at_source: str
     job_id: str | None
+    placing: Placing  # where it goes in checkpoint order
 
 
 def find_snapshots(paths: list[str]) -> Iterator[str]:
@@ -163,15 +172,19 @@ def find_snapshots(paths: list[str]) -> Iterator[str]:
             open_storage(path)  # raises the clear "not a savepoint" error for this path
 
 
-def identify(uri: str) -> Candidate:
+def identify(uri: str, flink_history: FlinkCheckpointHistory | None = None) -> Candidate:
     storage = open_storage(uri)
     fingerprint = metadata_fingerprint(storage)
     # Flink records no time in _metadata: the best source at hand, named (statemeta.taken_at).
-    taken_at, taken_at_source = savepoint_time(storage)
-    parent = posixpath.basename(posixpath.dirname(storage.directory.rstrip("/")))
-    job_id = parent if _JOB_ID.match(parent) else None  # <checkpoint dir>/<job id>/chk-N
+    taken_at, taken_at_source = savepoint_time(storage, flink_history)
     return Candidate(
-        storage, fingerprint.sha256[:SNAPSHOT_ID_LENGTH], fingerprint.sha256, taken_at, taken_at_source, job_id
+        storage,
+        fingerprint.sha256[:SNAPSHOT_ID_LENGTH],
+        fingerprint.sha256,
+        taken_at,
+        taken_at_source,
+        job_id_of(storage.directory),  # <checkpoint dir>/<job id>/chk-N
+        placing_of(storage, taken=(taken_at, taken_at_source)),
     )
 
 
@@ -187,8 +200,10 @@ class Materializer:
         retention: Retention = Retention(),
         descriptors: DescriptorSource | None = None,
         on_result: Callable[[SnapshotResult], None] | None = None,
+        flink_history: FlinkCheckpointHistory | None = None,
     ):
         self.lake = lake if isinstance(lake, Lake) else Lake(lake)
+        self.flink_history = flink_history
         self.selection = selection
         self.retention = retention
         self.descriptors = descriptors
@@ -197,18 +212,19 @@ class Materializer:
         self._known: dict[str, dict] | None = None  # snapshots rows, cached by materialize_path
 
     def run(self, paths: list[str]) -> MaterializeResult:
-        """Materializes every snapshot at or under ``paths`` not yet in the lake, then applies retention."""
+        """Materializes every snapshot at or under ``paths`` not yet in the lake, in checkpoint order
+        (``statemeta.taken_at.in_checkpoint_order``), then applies retention."""
         result = MaterializeResult()
         existing = self.snapshot_rows()
         candidates = []
         for uri in find_snapshots(paths):
             try:
-                candidates.append(identify(uri))
+                candidates.append(identify(uri, self.flink_history))
             except (StatecatError, OSError) as exc:
                 self._report(result, SnapshotResult(uri, None, "failed", str(exc)))
         seen = set()
         todo = []
-        for cand in candidates:
+        for cand in in_checkpoint_order(candidates, lambda c: c.placing):
             if cand.snapshot_id in seen:
                 self._report(
                     result,
@@ -255,7 +271,7 @@ class Materializer:
     def materialize_path(self, uri: str) -> SnapshotResult:
         """One savepoint (for ``watch --materialize``): written unless the lake already has it."""
         try:
-            cand = identify(uri)
+            cand = identify(uri, self.flink_history)
         except (StatecatError, OSError) as exc:
             return SnapshotResult(uri, None, "failed", str(exc))
         if self._known is None:  # read once: a watcher calls this for every savepoint it finds
@@ -287,7 +303,15 @@ class Materializer:
         if not self.retention.active or not todo:
             return set()
         rows = [r for r in existing.values() if r["snapshot_id"] not in {c.snapshot_id for c in todo}]
-        rows += [{"snapshot_id": c.snapshot_id, "taken_at": c.taken_at, "checkpoint_id": None} for c in todo]
+        rows += [
+            {
+                "snapshot_id": c.snapshot_id,
+                "path": c.storage.uri,
+                "taken_at": c.taken_at,
+                "checkpoint_id": c.placing.checkpoint_id,
+            }
+            for c in todo
+        ]
         return self.retention.removed(rows, _now())
 
     # -- one snapshot

@@ -29,7 +29,8 @@ PAGE_STYLE = (
     "padding-bottom:4px;margin-top:28px}h3{font-size:15px;margin-top:20px}"
     "img{max-width:100%;height:auto;display:block;margin:6px 0}.error{color:#a33}"
     ".row{display:flex;gap:16px;align-items:center}.row>div:first-child{flex:0 1 auto;min-width:0}"
-    ".statecat caption{white-space:nowrap}</style>"
+    # A caption naming a long operator wraps, as its picture's title does, rather than widen the page.
+    ".statecat caption{overflow-wrap:anywhere}</style>"
 )
 
 

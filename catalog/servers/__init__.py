@@ -6,7 +6,9 @@
   stopping itself when idle) and ``conf/`` for Spark programs statecat does not start;
 * ``thrift_server``: ``statecat serve``, Spark's Thrift (HiveServer2) server on the home's
   catalog, attaching savepoints as they arrive; ``sql_client`` sends ``statecat sql`` to it;
-* ``local_ports``: free ports, listening sockets and process checks on loopback.
+* ``local_ports``: free ports, listening sockets and process checks on loopback;
+* ``spark_tools``: pyspark's ``spark-sql`` and ``beeline`` run from anywhere, and the stderr of
+  every JVM statecat starts without the JDK's incubator-module warning.
 
 May import: ``statemeta``, ``readers``, ``catalog.render``, ``catalog.report`` and
 ``catalog.spark``. Not ``catalog.lake`` or ``catalog.cli``.

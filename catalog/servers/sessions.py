@@ -162,7 +162,13 @@ def session(
         builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options + [user_java_options]).strip())
     for key, value in conf.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if starting:
+        from statecat.catalog.servers.spark_tools import filtered_stderr
+
+        with filtered_stderr():  # the JVM Spark launches now keeps a stderr without the JDK's incubator warning
+            spark = builder.getOrCreate()
+    else:
+        spark = builder.getOrCreate()
     if starting:
         _STARTED.update(context=spark.sparkContext, home=home)
     if shared_metastore is not None:
@@ -176,14 +182,27 @@ def session(
 
 
 def resolve_home(home: str | None) -> str | None:
-    """The statecat home a session uses; None for a real Hive metastore configured by ``hive-site.xml``."""
+    """The statecat home a session uses; None for a real Hive metastore configured by ``hive-site.xml``.
+
+    A home that exists must be a directory (it is created on first use otherwise)."""
     if home:
-        return os.path.abspath(home)
+        return _checked_home(os.path.abspath(home))
     if os.environ.get(HOME_ENV):
-        return os.path.abspath(os.environ[HOME_ENV])
+        return _checked_home(os.path.abspath(os.environ[HOME_ENV]))
     if _hive_site_configured():
         return None
-    return os.path.abspath(os.path.expanduser(DEFAULT_HOME))
+    return _checked_home(os.path.abspath(os.path.expanduser(DEFAULT_HOME)))
+
+
+def _checked_home(home: str) -> str:
+    if os.path.exists(home) and not os.path.isdir(home):
+        from statecat.statemeta.errors import StatecatError
+
+        raise StatecatError(
+            f"the statecat home {home} is not a directory",
+            hint=f"Give a directory with --home or ${HOME_ENV} (it is created if missing)",
+        )
+    return home
 
 
 def metastore_mode() -> str:

@@ -11,11 +11,10 @@ local path prints.
 from __future__ import annotations
 
 import logging
-import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from statecat.catalog.servers.thrift_server import ServerInfo, live_server
+from statecat.catalog.servers.thrift_server import ServerInfo, live_server, serve_home
 from statecat.statemeta.errors import StatecatError
 
 if TYPE_CHECKING:
@@ -37,10 +36,7 @@ class ServerQueryError(StatecatError):
 
 def server_for(home: str | None) -> ServerInfo | None:
     """The running server ``statecat sql`` may use on this home, if any."""
-    from statecat.catalog.servers.sessions import resolve_home
-
-    serve_home = resolve_home(home) or os.getcwd()
-    info = live_server(serve_home)
+    info = live_server(serve_home(home))
     if info is None or info.auth not in OPEN_AUTH_MODES:
         return None
     return info

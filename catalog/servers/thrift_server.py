@@ -22,8 +22,10 @@ import ipaddress
 import json
 import logging
 import os
+import shlex
 import signal
 import socket
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
@@ -84,6 +86,11 @@ class ServerInfo:
             return "::1"
         return self.host
 
+    @property
+    def local_url(self) -> str:
+        """The JDBC URL for a client on this machine."""
+        return f"jdbc:hive2://{_url_host(self.connect_host)}:{self.port}/"
+
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
@@ -91,6 +98,30 @@ def _url_host(host: str) -> str:
 
 def serve_file(home: str) -> str:
     return os.path.join(home, SERVE_FILE)
+
+
+def serve_home(home: str | None) -> str:
+    """Where a server for ``home`` records itself: the statecat home, else (a metastore that a
+    hive-site.xml names) the working directory."""
+    from statecat.catalog.servers.sessions import resolve_home
+
+    return resolve_home(home) or os.getcwd()
+
+
+def statecat_command() -> str:
+    """This statecat as a command any shell runs as pasted: the absolute path of the ``statecat``
+    launcher next to this interpreter (a virtualenv's ``bin/``), else ``python -m``."""
+    launcher = os.path.join(os.path.dirname(sys.executable), "statecat")
+    if os.path.isfile(launcher) and os.access(launcher, os.X_OK):
+        return shlex.quote(launcher)
+    return f"{shlex.quote(sys.executable)} -m statecat.catalog.cli"
+
+
+def query_hint(info: ServerInfo, home: str) -> str:
+    """The commands that query the server, ready to paste into any shell."""
+    statecat = statecat_command()
+    home_option = f" --home {shlex.quote(home)}"
+    return f'`{statecat} beeline -u {info.local_url}` or `{statecat} sql{home_option} "QUERY"`'
 
 
 def read_server_info(home: str) -> ServerInfo | None:
@@ -387,9 +418,7 @@ def serve(
     stop: threading.Event | None = None,
 ) -> int:
     """Serves until SIGTERM/SIGINT (or ``stop``); returns the exit status."""
-    import sys
-
-    from statecat.catalog.servers.sessions import resolve_home, session
+    from statecat.catalog.servers.sessions import session
     from statecat.catalog.spark.discovery import discover_savepoints, normalise_path
 
     out = out or sys.stdout
@@ -406,11 +435,11 @@ def serve(
         "hive.server2.thrift.http.port": str(port),
         "hive.server2.authentication": auth.upper(),
     }
-    serve_home = resolve_home(home) or os.getcwd()
-    running = live_server(serve_home)
+    home_dir = serve_home(home)
+    running = live_server(home_dir)
     if running is not None:
         raise StatecatError(
-            f"the home {serve_home} is already served on {running.url} (pid {running.pid})",
+            f"the home {home_dir} is already served on {running.url} (pid {running.pid})",
             hint="Query that server, or stop it first",
         )
     for root in roots:
@@ -439,12 +468,12 @@ def serve(
         if stop.is_set():
             return 0
         info = ServerInfo(os.getpid(), bind, port, auth, dt.datetime.now(dt.UTC).isoformat())
-        _write_atomically(serve_file(serve_home), json.dumps(asdict(info)))
+        _write_atomically(serve_file(home_dir), json.dumps(asdict(info)))
         recorded = True
         databases = len(spark.catalog.listDatabases())
         out.write(
-            f"serving on {info.url} ({databases} databases, home {serve_home}); "
-            f"`beeline -u {info.url}` or `statecat sql` query it; Ctrl-C stops\n"
+            f"serving on {info.url} ({databases} databases, home {home_dir}); "
+            f"{query_hint(info, home_dir)} query it; Ctrl-C stops\n"
         )
         out.flush()
         while not stop.wait(poll_seconds):
@@ -458,9 +487,9 @@ def serve(
                 log.error("poll failed: %s", _first_line(exc))
     finally:
         if recorded:
-            info_now = read_server_info(serve_home)
+            info_now = read_server_info(home_dir)
             if info_now is not None and info_now.pid == os.getpid():
-                os.unlink(serve_file(serve_home))
+                os.unlink(serve_file(home_dir))
         for what, stop_call in (
             ("the Thrift server", server.stop if server is not None else None),
             ("Spark", spark.stop),

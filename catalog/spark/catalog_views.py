@@ -156,23 +156,31 @@ class SavepointPartition(InputPartition):
 
 
 def registered_savepoints(location: str) -> list[tuple[str, str, int | None]]:
-    """(database, path, checkpoint id) of every row of the registry, from its Parquet files."""
+    """(database, path, checkpoint id) of every row of the registry, from its Parquet files, in
+    checkpoint order (then time, then database), so an unordered query lists a copied checkpoint
+    directory as Flink took it, not by name (chk-1, chk-10, chk-2)."""
     import pyarrow.dataset as ds
+
+    from statecat.statemeta.taken_at import Placing, within_job_key
 
     filesystem, path = _filesystem(location)
     try:
         info = filesystem.get_file_info(path)
         if info.type.name == "NotFound":
             return []  # a registry nothing was ever written to
-        table = ds.dataset(path, format="parquet", filesystem=filesystem).to_table(
-            columns=["database", "path", "checkpoint_id"]
-        )
+        dataset = ds.dataset(path, format="parquet", filesystem=filesystem)
+        # `time` orders equal checkpoint ids only; a registry written without it still lists.
+        columns = ["database", "path", "checkpoint_id"] + (["time"] if "time" in dataset.schema.names else [])
+        table = dataset.to_table(columns=columns)
     except (OSError, pa.ArrowInvalid) as exc:
         raise StatecatError(
             f"cannot read the registry of attached savepoints at {location}: {exc}",
             hint="Attach again to recreate statecat.savepoints",
         ) from None
-    return sorted(zip(*(table.column(c).to_pylist() for c in ("database", "path", "checkpoint_id"))))
+    times = table.column("time").to_pylist() if "time" in columns else [None] * len(table)
+    rows = zip(*(table.column(c).to_pylist() for c in ("database", "path", "checkpoint_id")), times)
+    ordered = sorted(rows, key=lambda r: (*within_job_key(Placing(r[1], r[2], None, r[3], "")), r[0]))
+    return [(database, path, checkpoint_id) for database, path, checkpoint_id, _ in ordered]
 
 
 def catalog_partitions(location: str, databases: set | None) -> list[SavepointPartition]:

@@ -118,12 +118,7 @@ def attach(
     failed: list[tuple[str, str]] = []
     moves: list[tuple[str, str]] = []  # (recorded path, new path) of registered savepoints found moved
     for root in roots:
-        root = normalise_path(str(root))
-        if posixpath.basename(root) == METADATA_FILE:
-            root = posixpath.dirname(root)
-        paths = discover_savepoints(root)
-        if not paths:
-            raise LookupFailedError(f"no savepoint under {root}", hint="A savepoint is a directory holding _metadata")
+        root, paths = savepoints_under(root)
         for path in paths:
             if path in known:
                 again.append(known[path])
@@ -169,6 +164,18 @@ def attach(
     for path, error in failed:
         log.warning("could not attach %s: %s", path, error)
     return AttachResult(new, again, materialised, failed, time.perf_counter() - started)
+
+
+def savepoints_under(root: str | os.PathLike[str]) -> tuple[str, list[str]]:
+    """``(root as attach records it, the savepoint directories under it)``; a root that does not
+    exist or holds no savepoint is an error (no Spark needed: the CLI checks its roots first)."""
+    root = normalise_path(str(root))
+    if posixpath.basename(root) == METADATA_FILE:
+        root = posixpath.dirname(root)
+    paths = discover_savepoints(root)
+    if not paths:
+        raise LookupFailedError(f"no savepoint under {root}", hint="A savepoint is a directory holding _metadata")
+    return root, paths
 
 
 def materialise(spark: SparkSession, database: str, path: str, descriptors: str | None = None) -> list[str]:

@@ -625,7 +625,8 @@ def _spark_runner(
     def run(jobs: list[KeyedJob], directory: str) -> dict[KeyedJob, tuple[KeyGroupsOut, dict[str, int]]]:
         work = [(job.operator_id, job.subtask) for job in jobs]
         task = functools.partial(_rebuild_in_task, source, statements, descriptors, directory)
-        results = spark.sparkContext.parallelize(work, len(work)).map(task).collect()
+        session = spark() if callable(spark) else spark  # started only now that the edits are understood
+        results = session.sparkContext.parallelize(work, len(work)).map(task).collect()
         out = {}
         for (operator_id, subtask), handle, counts, matched in results:
             out[KeyedJob(operator_id, subtask)] = (handle, counts)
@@ -700,8 +701,9 @@ def write_savepoint(
     key-groups of a new ``max_parallelism``. Statements are all
     understood before anything is written; ``destination`` appears whole or not at all.
 
-    ``spark``: a SparkSession whose tasks rebuild the subtasks' keyed streams in parallel (one task
-    per subtask, each planning the statements again); the driver writes the rest and composes
+    ``spark``: a SparkSession (or a function returning one, called once the statements, operators
+    and destination are checked) whose tasks rebuild the subtasks' keyed streams in parallel (one
+    task per subtask, each planning the statements again); the driver writes the rest and composes
     ``_metadata``. DST must then be on storage every executor writes to. ``descriptors``: declared
     PyFlink state types (a descriptor file, its document or a DescriptorSet), so typed PyFlink state
     can be edited."""

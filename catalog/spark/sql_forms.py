@@ -1,12 +1,12 @@
 """The key view, a key's history and the savepoint diff in SQL: ``statecat.key_view`` and ``statecat.diff``.
 
     SELECT operator, state, namespace, value FROM statecat.key_view WHERE key = 'key_662'
-    SELECT database, taken_at, state, value FROM statecat.key_view WHERE key = 'key_662' ORDER BY taken_at
+    SELECT database, taken_at, state, value FROM statecat.key_view WHERE key = 'key_662' ORDER BY checkpoint_id, taken_at
     SELECT state, change, count(*) FROM statecat.diff WHERE a = 'db1' AND b = 'db2' GROUP BY state, change
 
 ``statecat.key_view`` is ``SavepointReader.key`` over every attached savepoint (or those a pushed
 ``database = / IN`` names): one Spark task per savepoint, reading one key-group per keyed location.
-It needs a pushed ``key = '...'`` (or ``key IN (...)``). Ordered by ``taken_at`` it is the key's
+It needs a pushed ``key = '...'`` (or ``key IN (...)``). Ordered by ``checkpoint_id, taken_at`` it is the key's
 history (``key_history``): there is no separate history table. ``key`` is the key as the query gives
 it (text: a number's digits, a composite key's JSON list), namespace and value JSON text, since
 their types differ from state to state.
@@ -71,9 +71,9 @@ KEY_VIEW_COMMENTS = {
     "database": "the savepoint's database (as in statecat.savepoints); WHERE database = ... reads only those",
     "path": "the savepoint's directory or URI",
     "checkpoint_id": "the checkpoint id Flink gave the savepoint",
-    "taken_at": "when the savepoint was taken, as well as statecat knows (see time_source); ORDER BY taken_at "
-    "gives the key's history",
-    "time_source": "where taken_at comes from: rest_trigger, stateinfo_snapshot, checkpoint_mtime, "
+    "taken_at": "when the savepoint was taken, as well as statecat knows (see time_source); ORDER BY "
+    "checkpoint_id, taken_at gives the key's history (a copy resets file times, never checkpoint ids)",
+    "time_source": "where taken_at comes from: rest_trigger, stateinfo_snapshot, rest_checkpoint_history, checkpoint_mtime, "
     "'file_mtime: may be the copy time', unknown",
     "operator": "the operator's uid, else its name, else its id (how statecat names it)",
     "operator_id": "Flink's operator id (32 hex digits)",
@@ -114,7 +114,7 @@ DIFF_COMMENTS = {
 }
 TABLE_COMMENTS = {
     "key_view": "one key in every keyed state of every attached savepoint: needs WHERE key = '...'; "
-    "ORDER BY taken_at for its history",
+    "ORDER BY checkpoint_id, taken_at for its history",
     "diff": "keys added, removed and changed between two attached savepoints: needs WHERE a = '...' AND b = '...'",
 }
 MISSING_KEY = (

@@ -80,7 +80,7 @@ class SstFile:
         self.bytes_read += len(tail)
         if len(tail) != tail_len:
             raise FormatError(
-                f"expected {tail_len} bytes of footer, got {len(tail)}",
+                f"truncated: expected {tail_len} bytes of footer, got {len(tail)}",
                 file=display,
                 offset=size - tail_len,
                 hint="The file is shorter than its stated size; copy it again",
