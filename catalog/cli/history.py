@@ -12,9 +12,8 @@ import sys
 from typing import TYPE_CHECKING, cast
 
 from statecat.catalog.cli.key import write_absent_key
-from statecat.catalog.cli.options import add_key_arguments, descriptors_of
+from statecat.catalog.cli.options import add_key_arguments, add_rest_history_argument, descriptors_of, flink_history_of
 from statecat.catalog.cli.output import cell, row_json, write_table
-from statecat.catalog.cli.savepoint import add_rest_history_argument, flink_history_of
 from statecat.readers import key_history
 from statecat.statemeta.errors import SavepointNotFoundError
 

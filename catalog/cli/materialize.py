@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from statecat.catalog.cli.savepoint import add_rest_history_argument, flink_history_of
+from statecat.catalog.cli.options import add_rest_history_argument, flink_history_of
 from statecat.catalog.lake.materialize import DEFAULT_VACUUM_HOURS, Materializer, Retention, Selection, SnapshotResult
 from statecat.statemeta.errors import StatecatError
 

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from statecat.statemeta.descriptors import DescriptorSet
+    from statecat.statemeta.taken_at import FlinkCheckpointHistory
 
 HOME_ENV = "STATECAT_HOME"
 
@@ -91,3 +92,21 @@ def cli_session(home: str | None) -> SparkSession:
     from statecat.catalog.servers.sessions import session
 
     return session(home, quiet=True)
+
+
+def add_rest_history_argument(parser: argparse.ArgumentParser) -> None:
+    """``--rest URL`` of the commands that time snapshots (history, materialize)."""
+    parser.add_argument(
+        "--rest",
+        metavar="URL",
+        help="JobManager REST address (e.g. http://localhost:8081): time the snapshots its checkpoint history "
+        "lists by Flink's acknowledgement time where their stateInfo records none",
+    )
+
+
+def flink_history_of(args: argparse.Namespace) -> FlinkCheckpointHistory | None:
+    if not args.rest:
+        return None
+    from statecat.catalog.cli.savepoint import fetch_checkpoint_history
+
+    return fetch_checkpoint_history(args.rest)

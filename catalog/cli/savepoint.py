@@ -177,20 +177,6 @@ def local_path(location: str) -> str:
     return location
 
 
-def add_rest_history_argument(parser: argparse.ArgumentParser) -> None:
-    """``--rest URL`` of the commands that time snapshots (history, materialize)."""
-    parser.add_argument(
-        "--rest",
-        metavar="URL",
-        help="JobManager REST address (e.g. http://localhost:8081): time the snapshots its checkpoint history "
-        "lists by Flink's acknowledgement time where their stateInfo records none",
-    )
-
-
-def flink_history_of(args: argparse.Namespace) -> FlinkCheckpointHistory | None:
-    return fetch_checkpoint_history(args.rest) if args.rest else None
-
-
 def fetch_checkpoint_history(url: str) -> FlinkCheckpointHistory:
     """The checkpoint history (``GET /jobs/<id>/checkpoints``) of every job the JobManager lists."""
     rest = FlinkRest(url)

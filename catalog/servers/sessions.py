@@ -215,12 +215,12 @@ def metastore_mode() -> str:
 
 
 def _hive_site_configured() -> bool:
-    import pyspark
+    from statecat.catalog.spark.extension import pyspark_home
 
     for directory in (
         os.environ.get("SPARK_CONF_DIR"),
         os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None,
-        os.path.join(os.path.dirname(pyspark.__file__), "conf"),
+        os.path.join(pyspark_home(), "conf"),
     ):
         if directory and os.path.isfile(os.path.join(directory, "hive-site.xml")):
             return True

@@ -25,15 +25,10 @@ import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from statecat.catalog.spark.extension import pyspark_home
+
 INCUBATOR_WARNING = b"WARNING: Using incubator modules: "
 _CHUNK = 1 << 16
-
-
-def pyspark_home() -> str:
-    """The installed pyspark's directory: a Spark distribution (``bin/``, ``jars/``)."""
-    import pyspark
-
-    return os.path.dirname(pyspark.__file__)
 
 
 def tool_command(tool: str, args: Sequence[str]) -> list[str]:

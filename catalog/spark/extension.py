@@ -38,11 +38,16 @@ def _javac() -> str | None:
     return shutil.which("javac")
 
 
-def spark_jars_dir() -> str:
-    """The installed pyspark's jar directory: the metastore server's classpath and the extension's build path."""
+def pyspark_home() -> str:
+    """The installed pyspark's directory: a Spark distribution (``bin/``, ``conf/``, ``jars/``)."""
     import pyspark
 
-    return os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    return os.path.dirname(pyspark.__file__)
+
+
+def spark_jars_dir() -> str:
+    """The installed pyspark's jar directory: the metastore server's classpath and the extension's build path."""
+    return os.path.join(pyspark_home(), "jars")
 
 
 def extension_jar() -> str | None:
