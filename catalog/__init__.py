@@ -25,7 +25,7 @@ _EXPORTS = {
     "EAGER_LIMIT": "spark.databases",
     "sql": "spark.queries",
     "prepare": "spark.queries",
-    "session": "servers.sessions",
+    "session": "servers.home_server",
     "REGISTRY_TABLE": "spark.registry",
     "write_savepoint": "spark.edits",
 }

@@ -40,7 +40,8 @@ _shared: dict = {}
 def attached_spark(tmp_path_factory):
     """The shared session with every fixture case attached (created on first use)."""
     if "spark" not in _shared or _shared["spark"].sparkContext._jsc is None:  # none yet, or stopped by another home
-        from statecat.catalog import attach, session
+        from statecat.catalog import attach
+        from statecat.catalog.servers.sessions import session
 
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         home = tmp_path_factory.mktemp("statecat_home")

@@ -329,7 +329,8 @@ _shared: dict = {}
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    from statecat.catalog import attach, session
+    from statecat.catalog import attach
+    from statecat.catalog.servers.sessions import session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     home = tmp_path_factory.mktemp("statecat_views_home")

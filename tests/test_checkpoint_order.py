@@ -408,7 +408,8 @@ def test_an_unreachable_rest_address_is_a_clear_error(tmp_path, capsys):
 
 @pytest.mark.spark
 def test_catalog_views_list_a_copied_job_directory_in_checkpoint_order(tmp_path):
-    from statecat.catalog import attach, session
+    from statecat.catalog import attach
+    from statecat.catalog.servers.sessions import session
 
     job = copied_job(tmp_path / "root", "reversed")
     spark = session(

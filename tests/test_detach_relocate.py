@@ -53,7 +53,7 @@ def _expected_acc() -> list[tuple]:
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """A session whose registry an older statecat created, holding one row (``legacy``)."""
-    from statecat.catalog import session
+    from statecat.catalog.servers.sessions import session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     base = tmp_path_factory.mktemp("detach")

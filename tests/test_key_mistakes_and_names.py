@@ -282,7 +282,8 @@ def test_a_table_name_finds_its_state_when_it_names_one(capsys):
 
 @pytest.mark.spark
 def test_the_table_inspect_prints_is_the_sql_table_with_and_without_descriptors(capsys, tmp_path, descriptors):
-    from statecat.catalog import attach, session
+    from statecat.catalog import attach
+    from statecat.catalog.servers.sessions import session
     from statecat.catalog.spark.databases import attach_with_descriptors
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

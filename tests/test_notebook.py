@@ -83,6 +83,15 @@ def test_notebook_shows_the_expected_key(executed):
     assert "1 key-group read" in printed
     frame = next(page for page in _texts(executed, "text/html") if "dataframe" in page and KEY in page)
     assert f"<td>{KEY}</td>" in frame and f"<td>{value}</td>" in frame  # pandas' HTML of to_pandas()
+    # The Spark cell: statecat.key_view through statecat.catalog.session(), a Spark Connect client of
+    # the home's server, started in the background for the notebook.
+    spark_frame = _texts(executed, "text/html")[-1]
+    assert "<th>state</th>" in spark_frame and "<td>accState</td>" in spark_frame, spark_frame
+    assert f"{value['f0']}" in spark_frame and f"{value['f1']}" in spark_frame
+    from statecat.catalog.servers.thrift_server import read_server_info
+
+    server = read_server_info(os.environ["STATECAT_HOME"])
+    assert server is not None and server.connect_port is not None  # the session was a client of this server
 
 
 def test_notebook_shows_state_meta_sizes_and_plots(executed):

@@ -98,12 +98,14 @@ def _until(condition, timeout: float, what: str, interval: float = 0.5):
 class Server:
     def __init__(self, home: Path, root: Path, port: int, work: Path):
         self.home, self.root, self.port = home, root, port
+        self.connect_port = _free_port()
         self.stdout, self.stderr = work / "serve.out", work / "serve.err"
         with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
             # Its own process group: teardown can kill the JVM and Python workers with it.
             self.process = subprocess.Popen(
                 _statecat_command()
-                + ["serve", "--home", str(home), "--port", str(port), "--poll", str(POLL_SECONDS), str(root)],
+                + ["serve", "--home", str(home), "--port", str(port), "--connect-port", str(self.connect_port)]
+                + ["--poll", str(POLL_SECONDS), str(root)],
                 cwd=work,
                 env=_env(home),
                 stdin=subprocess.DEVNULL,
@@ -220,7 +222,10 @@ def test_serve_json_and_the_line_name_the_server(server):
         server.process.pid,
     )
     lines = server.stdout.read_text().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"serving on jdbc:hive2://127.0.0.1:{server.port}/ ")
+    assert info["connect_port"] == server.connect_port
+    assert len(lines) == 1 and lines[0].startswith(
+        f"serving on jdbc:hive2://127.0.0.1:{server.port}/, Spark Connect on sc://127.0.0.1:{server.connect_port} "
+    )
     assert "Using incubator modules" not in server.stderr.read_text()  # the JDK's warning is filtered
 
 

@@ -73,7 +73,8 @@ def quoted(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def spark(tmp_path_factory):
-    from statecat.catalog import attach, session
+    from statecat.catalog import attach
+    from statecat.catalog.servers.sessions import session
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     home = tmp_path_factory.mktemp("sql_forms_home")

@@ -1,4 +1,8 @@
-"""``statecat attach ROOT...``: every savepoint under the roots becomes a database in Spark's catalog."""
+"""``statecat attach ROOT...``: every savepoint under the roots becomes a database in Spark's catalog.
+
+``statecat attach --lake LAKE [--database NAME]``: a lake of ``statecat materialize`` becomes a
+database of Delta tables (``catalog/spark/lakes.py``).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +11,24 @@ import os
 import sys
 
 from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
+from statecat.statemeta.errors import LookupFailedError
 
 HELP = "register savepoints as Spark databases"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "roots", nargs="+", metavar="ROOT", help="a savepoint directory, or a directory holding savepoints"
+        "roots", nargs="*", metavar="ROOT", help="a savepoint directory, or a directory holding savepoints"
+    )
+    parser.add_argument(
+        "--lake",
+        metavar="LAKE",
+        help="register the Delta tables of a `statecat materialize` lake (directory or URI) instead",
+    )
+    parser.add_argument(
+        "--database",
+        metavar="NAME",
+        help="the lake's database name (default: the lake directory's name)",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -48,6 +63,14 @@ def check_attach_arguments(roots: list[str], descriptors: str | None) -> None:
 def run(args: argparse.Namespace) -> int:
     from statecat.catalog.spark.databases import attach, attach_with_descriptors
 
+    if args.lake is not None:
+        return _attach_lake(args)
+    if args.database is not None:
+        raise LookupFailedError(
+            "--database names a lake's database", hint="statecat attach --lake LAKE --database NAME"
+        )
+    if not args.roots:
+        raise LookupFailedError("nothing to attach", hint="statecat attach ROOT..., or statecat attach --lake LAKE")
     check_attach_arguments(args.roots, args.descriptors)
     spark = cli_session(args.home)
     if args.descriptors:
@@ -69,3 +92,29 @@ def run(args: argparse.Namespace) -> int:
         f"SELECT * FROM statecat.savepoints lists them\n"
     )
     return 1 if result.failed else 0
+
+
+def _attach_lake(args: argparse.Namespace) -> int:
+    from statecat.catalog.spark.lakes import attach_lake, check_lake, lake_database_name, normalise_lake
+
+    if args.roots or args.descriptors or args.eager is not None:
+        raise LookupFailedError(
+            "--lake attaches a lake alone", hint="Attach savepoints and lakes with separate `statecat attach` commands"
+        )
+    if args.database is not None and lake_database_name(args.database) != args.database:
+        raise LookupFailedError(
+            f"--database {args.database!r} is not a database name",
+            hint=f"Use letters, digits and underscores, e.g. {lake_database_name(args.database)!r}",
+        )
+    check_lake(normalise_lake(args.lake))  # before Spark starts
+    from statecat.catalog.spark.delta import delta_jars
+
+    delta_jars()  # Delta's jars (resolved now if the cache has none), else the one line why, before Spark starts
+    spark = cli_session(args.home)
+    database, added = attach_lake(spark, args.lake, args.database)
+    tables = [t.name for t in spark.catalog.listTables(database)]
+    sys.stdout.write(
+        f"{database}\t{normalise_lake(args.lake)}\t{len(added)} table(s) registered now, {len(tables)} in all: "
+        f"{', '.join(sorted(tables))}\n"
+    )
+    return 0

@@ -3,17 +3,24 @@
 Writes each savepoint or checkpoint found at or under the paths into Delta tables under LAKE
 (a local directory or an ``s3://``/``gs://`` URI), exactly once: see ``statecat.catalog.lake.materialize``
 for the guarantees and ``statecat.catalog.lake.tables`` for the layout. Prints one line per snapshot.
+``--engine spark`` writes the same lake through delta-spark, decoding in Spark tasks
+(``statecat.catalog.lake.spark_writer``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from typing import TYPE_CHECKING
 
-from statecat.catalog.cli.options import add_rest_history_argument, flink_history_of
+from statecat.catalog.cli.options import add_home_argument, add_rest_history_argument, cli_session, flink_history_of
 from statecat.catalog.lake.materialize import DEFAULT_VACUUM_HOURS, Materializer, Retention, Selection, SnapshotResult
 from statecat.statemeta.errors import StatecatError
+
+if TYPE_CHECKING:
+    from statecat.statemeta.descriptors import DescriptorSource
 
 HELP = "write savepoints' state into Delta tables (history for dashboards)"
 DESCRIPTION = (
@@ -53,6 +60,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--descriptors", metavar="FILE", help="descriptor file with the jobs' declared state types")
     add_rest_history_argument(parser)
+    parser.add_argument(
+        "--engine",
+        choices=("deltalake", "spark"),
+        default="deltalake",
+        help="deltalake: write in this process, no JVM (default); spark: decode and write with Spark tasks "
+        "per key-group range through delta-spark (local Spark, or the cluster spark.master names), for "
+        "histories larger than one machine; the same lake either way",
+    )
+    add_home_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object per snapshot")
 
 
@@ -61,12 +77,16 @@ def run(args: argparse.Namespace) -> int:
         raise StatecatError("--keep must be at least 1")
     if args.keep_days is not None and args.keep_days <= 0:
         raise StatecatError("--keep-days must be positive")
-    descriptors = None
+    descriptors: DescriptorSource | None = None
     if args.descriptors:
         from statecat.statemeta.descriptors import load_descriptors
 
-        descriptors = load_descriptors(args.descriptors)
+        descriptors = load_descriptors(args.descriptors)  # a bad file fails here, before Spark starts
+        if args.engine == "spark":
+            descriptors = os.path.abspath(args.descriptors)  # Spark's workers read the file
     flink_history = flink_history_of(args)  # a wrong REST address fails before anything is written
+    # Without Delta in the session (its jars not to be had), the Materializer says why and writes nothing.
+    spark = cli_session(args.home) if args.engine == "spark" else None
 
     def show(item: SnapshotResult) -> None:
         if args.json:
@@ -88,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         descriptors=descriptors,
         on_result=show,
         flink_history=flink_history,
+        spark=spark,
     )
     result = materializer.run(args.paths)
     if result.removed and not args.json:

@@ -16,6 +16,13 @@ are reported and recorded: their readable states are written and the row says ``
 the reasons; with nothing readable, ``unsupported``. ``unsupported`` rows are tried again by a
 newer statecat version. A ``_metadata`` that does not parse, or state that fails to decode, is
 reported and written nothing (no row), so a later run tries it again.
+
+The Materializer plans (which snapshots, their order and ids, the rows of ``snapshots``,
+``state_meta`` and ``state_stats``, retention); a ``LakeWriter`` commits, one Delta commit per call:
+``DeltaRsWriter`` below (the deltalake package, in this process, no JVM) or ``SparkLakeWriter``
+(lake/spark_writer.py: delta-spark, each state decoded and written by Spark tasks per key-group
+range, for histories larger than one machine). Both write the same lake; either may continue one
+the other began.
 """
 
 from __future__ import annotations
@@ -24,9 +31,9 @@ import datetime as dt
 import logging
 import posixpath
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 import pyarrow as pa
 
@@ -61,7 +68,8 @@ from statecat.statemeta.taken_at import (
 )
 
 if TYPE_CHECKING:
-    from deltalake import CommitProperties, DeltaTable
+    from deltalake import CommitProperties
+    from pyspark.sql import SparkSession
 
     from statecat.readers.scan import KeyedStateScanner, OperatorStateScanner
     from statecat.statemeta.descriptors import DescriptorSource
@@ -192,6 +200,9 @@ def identify(uri: str, flink_history: FlinkCheckpointHistory | None = None) -> C
 
 
 class Materializer:
+    """Plans what goes into the lake (which snapshots, in what order, their rows) and has a
+    ``LakeWriter`` commit it: deltalake's (default) or, given ``spark``, delta-spark's."""
+
     def __init__(
         self,
         lake: str | Lake,
@@ -201,6 +212,7 @@ class Materializer:
         descriptors: DescriptorSource | None = None,
         on_result: Callable[[SnapshotResult], None] | None = None,
         flink_history: FlinkCheckpointHistory | None = None,
+        spark: SparkSession | None = None,
     ):
         self.lake = lake if isinstance(lake, Lake) else Lake(lake)
         self.flink_history = flink_history
@@ -210,6 +222,14 @@ class Materializer:
         self.on_result = on_result
         self._commits = 0
         self._known: dict[str, dict] | None = None  # snapshots rows, cached by materialize_path
+        self.writer: LakeWriter
+        if spark is None:
+            self.writer = DeltaRsWriter(self.lake)
+        else:
+            from statecat.catalog.lake.spark_writer import SparkLakeWriter
+
+            # Checks that the session has Delta before anything is written.
+            self.writer = SparkLakeWriter(self.lake, spark, descriptors=descriptors)
 
     def run(self, paths: list[str]) -> MaterializeResult:
         """Materializes every snapshot at or under ``paths`` not yet in the lake, in checkpoint order
@@ -261,7 +281,7 @@ class Materializer:
             if self.retention.active:
                 result.removed = self.apply_retention()
             result.orphans_deleted = self.delete_orphans()
-        except (DeltaError, OSError) as exc:
+        except (DeltaError, OSError, StatecatError) as exc:  # StatecatError: the Spark writer's
             raise StatecatError(
                 f"cannot clean up the lake {self.lake.uri}: {_first_line(exc)}",
                 hint="Its snapshots are written; the next run retries the clean-up",
@@ -332,14 +352,20 @@ class Materializer:
                 table = names[(op.id, state.name)]
                 if not self.selection.wants(op, state, table):
                     continue
-                written[(op.id, state.name)] = self._write_state(meta, op, state, table, snapshot_values, stats)
-            self._write_partition(STATE_STATS, STATE_STATS_SCHEMA, snapshot_values[0], stats)
-            self._write_partition(
+                job = StateJob(
+                    meta, op, state, table, self.lake.state_table_uri(table), state_table_schema(state), snapshot_values
+                )
+                written[(op.id, state.name)] = self.writer.write_state(job, stats)
+                self._committed()
+            self.writer.write_partition(STATE_STATS, STATE_STATS_SCHEMA, snapshot_values[0], stats)
+            self._committed()
+            self.writer.write_partition(
                 STATE_META,
                 STATE_META_SCHEMA,
                 snapshot_values[0],
                 _state_meta_rows(meta, names, written, snapshot_values),
             )
+            self._committed()
         except (StatecatError, OSError) as exc:
             # Partitions already written stay invisible (no snapshots row) and are rewritten or deleted later.
             return SnapshotResult(uri, cand.snapshot_id, "failed", str(exc))
@@ -356,222 +382,32 @@ class Materializer:
         detail = "; ".join(unsupported)
         return SnapshotResult(uri, cand.snapshot_id, outcome, detail, rows, len(written))
 
-    def _write_state(
-        self, meta: StateMeta, op: OperatorMeta, state: StateInfo, table: str, snapshot_values: tuple, stats: list[dict]
-    ) -> int:
-        from deltalake import write_deltalake
-        from deltalake.exceptions import DeltaError
-
-        source = state_schema(state)
-        schema = delta_schema(pa.schema(SNAPSHOT_COLUMNS + list(source)))
-        counter = [0]
-        failure: list[BaseException] = []
-        batches = _remember_failure(
-            self._state_batches(meta, op, state, table, schema, snapshot_values, stats, counter), failure
-        )
-        reader = pa.RecordBatchReader.from_batches(schema, batches)
-        uri = self.lake.state_table_uri(table)
-        try:
-            self._prepare_table(uri, schema, op, state)
-            write_deltalake(
-                uri,
-                reader,
-                mode="overwrite",
-                predicate=_partition_predicate(snapshot_values[0]),
-                partition_by=[PARTITION_COLUMN],
-                schema_mode="merge",
-                storage_options=self.lake.storage_options,
-                commit_properties=_commit_properties(snapshot_values[0]),
-            )
-        except DeltaError as exc:
-            if failure:  # reading the state failed inside the writer: report that error itself
-                raise failure[0] from None
-            raise StatecatError(
-                f"cannot write lake table {uri}: {_first_line(exc)}",
-                operator=op.label,
-                state=state.name,
-                hint="A table holds one logical state of one job; if its type changed in a way "
-                "Delta cannot merge (see README, Dashboards), or the lake holds another "
-                "job's state of that name, use one lake per job (--to LAKE/<job>)",
-            ) from exc
-        self._committed()
-        return counter[0]
-
-    def _prepare_table(self, uri: str, schema: pa.Schema, op: OperatorMeta, state: StateInfo) -> None:
-        """Creates the state's table, or checks that ``schema`` may go into the existing one."""
-        from deltalake import DeltaTable, TableFeatures
-
-        # Neither a first write that replaces a partition nor create() adds the TIMESTAMP_NTZ table
-        # feature its columns need (the table is then unreadable): create the table with the snapshot
-        # columns only, add the feature, and let the write merge in the state's columns.
-        if not DeltaTable.is_deltatable(uri, storage_options=self.lake.storage_options):
-            DeltaTable.create(
-                uri,
-                pa.schema(SNAPSHOT_COLUMNS),
-                partition_by=[PARTITION_COLUMN],
-                mode="ignore",
-                storage_options=self.lake.storage_options,
-            )
-        table = DeltaTable(uri, storage_options=self.lake.storage_options)
-        problem = _schema_change_problem(pa.schema(table.schema().to_arrow()), schema)
-        if problem:
-            raise StatecatError(
-                f"lake table {uri} cannot hold this state's type: {problem}",
-                operator=op.label,
-                state=state.name,
-                hint="A table holds one logical state of one job: give another job its own lake (--to LAKE/<job>); "
-                "after an incompatible change of a state's type, start a new lake",
-            )
-        if _has_naive_timestamp(schema) and "timestampNtz" not in set(table.protocol().writer_features or ()):
-            table.alter.add_feature(TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True)
-
-    def _state_batches(
-        self,
-        meta: StateMeta,
-        op: OperatorMeta,
-        state: StateInfo,
-        table: str,
-        schema: pa.Schema,
-        snapshot_values: tuple,
-        stats: list[dict],
-        counter: list[int],
-    ) -> Iterator[pa.RecordBatch]:
-        """The state's rows with the snapshot columns in front; fills ``stats`` per key-group/subtask."""
-        scanner = scanner_for(meta, op, state)
-        snapshot_id, checkpoint_id, taken_at = snapshot_values
-
-        def stat(subtask: int | None, key_group: int | None, entries: int, size: int) -> None:
-            stats.append(
-                {
-                    "snapshot_id": snapshot_id,
-                    "checkpoint_id": checkpoint_id,
-                    "taken_at": taken_at,
-                    "operator_id": op.id,
-                    "operator": op.label,
-                    "state_name": state.name,
-                    "table_name": table,
-                    "subtask": subtask,
-                    "key_group": key_group,
-                    "entries": entries,
-                    "bytes": size,
-                }
-            )
-
-        def prefixed(batch: pa.RecordBatch) -> pa.RecordBatch:
-            n = batch.num_rows
-            front = [
-                pa.repeat(pa.scalar(snapshot_id, pa.string()), n),
-                pa.repeat(pa.scalar(checkpoint_id, pa.int64()), n),
-                pa.repeat(pa.scalar(taken_at, SNAPSHOT_COLUMNS[2].type), n),
-            ]
-            return to_delta(pa.RecordBatch.from_arrays(front + batch.columns, names=schema.names), schema)
-
-        for loc in state.locations:
-            if state.is_keyed:
-                # A keyed state's locations and scanner are keyed ones.
-                loc = cast("KeyedLocation", loc)
-                scanner = cast("KeyedStateScanner", scanner)
-                # One key-group at a time: its entry count is known without hashing any key.
-                if loc.native is not None:
-                    from statecat.readers.native_rocksdb import column_family_bytes
-
-                    counts = []
-                    for group in range(loc.start_key_group, loc.start_key_group + loc.num_key_groups):
-                        entries = 0
-                        for batch in scanner.batches([loc], key_groups={group}):
-                            entries += batch.num_rows
-                            yield prefixed(batch)
-                        counter[0] += entries
-                        counts.append((group, entries))
-                    # SST files keep no per-key-group sizes. As for canonical key-groups, a
-                    # key-group's bytes are its whole (all states), repeated on each state: the
-                    # instance's SST bytes spread evenly over its key-groups.
-                    total = sum(column_family_bytes(meta.storage, loc.native).values())
-                    for (group, entries), size in zip(counts, _shares(total, [1] * len(counts))):
-                        stat(loc.subtask, group, entries, size)
-                    continue
-                for index, offset in enumerate(loc.offsets):
-                    group = loc.start_key_group + index
-                    end = loc.offsets[index + 1] if index + 1 < len(loc.offsets) else loc.stream.size
-                    entries = 0
-                    for batch in scanner.batches([loc], key_groups={group}):
-                        entries += batch.num_rows
-                        yield prefixed(batch)
-                    counter[0] += entries
-                    stat(loc.subtask, group, entries, end - offset)
-            else:
-                loc = cast("OperatorLocation", loc)
-                scanner = cast("OperatorStateScanner", scanner)
-                entries = 0
-                for batch in scanner.batches([loc]):
-                    entries += batch.num_rows
-                    yield prefixed(batch)
-                counter[0] += entries
-                stat(loc.subtask, None, entries, loc.end - min(loc.offsets, default=loc.end))
-
-    def _write_partition(self, name: str, schema: pa.Schema, snapshot_id: str, rows: list[dict]) -> None:
-        from deltalake import write_deltalake
-        from deltalake.exceptions import DeltaError
-
-        table = pa.Table.from_pylist(rows, schema=schema)
-        try:
-            write_deltalake(
-                self.lake.table_uri(name),
-                table,
-                mode="overwrite",
-                predicate=_partition_predicate(snapshot_id),
-                partition_by=[PARTITION_COLUMN],
-                schema_mode="merge",
-                storage_options=self.lake.storage_options,
-                commit_properties=_commit_properties(snapshot_id),
-            )
-        except DeltaError as exc:
-            raise StatecatError(f"cannot write lake table {self.lake.table_uri(name)}: {_first_line(exc)}") from exc
-        self._committed()
-
     def _write_snapshot_row(
         self, cand: Candidate, meta: StateMeta, status: str, unsupported: list[str], states: int, rows: int
     ) -> None:
-        from deltalake import write_deltalake
-
         from statecat import __version__
 
         # Absolute, so the lake says where the savepoint is whatever directory the command ran in.
         path = cand.storage.uri if "://" in cand.storage.uri else cand.storage.directory
-        row = {
-            "snapshot_id": cand.snapshot_id,
-            "path": path,
-            "checkpoint_id": meta.checkpoint_id,
-            "is_savepoint": meta.metadata.is_savepoint,
-            "taken_at": cand.taken_at,
-            "taken_at_source": cand.taken_at_source,
-            "job_id": cand.job_id,
-            "metadata_sha256": cand.metadata_sha256,
-            "metadata_version": meta.metadata.version,
-            "status": status,
-            "unsupported": unsupported,
-            "states": states,
-            "rows": rows,
-            "statecat_version": __version__,
-            "materialized_at": _now(),
-        }
-        from deltalake.exceptions import DeltaError
-
-        # Replaces an earlier 'unsupported' row of the same snapshot in the same commit.
-        try:
-            write_deltalake(
-                self.lake.table_uri(SNAPSHOTS),
-                pa.Table.from_pylist([row], schema=SNAPSHOTS_SCHEMA),
-                mode="overwrite",
-                predicate=_partition_predicate(cand.snapshot_id),
-                schema_mode="merge",
-                storage_options=self.lake.storage_options,
-                commit_properties=_commit_properties(cand.snapshot_id),
-            )
-        except DeltaError as exc:
-            raise StatecatError(
-                f"cannot write lake table {self.lake.table_uri(SNAPSHOTS)}: {_first_line(exc)}"
-            ) from exc
+        self.writer.write_snapshot_row(
+            {
+                "snapshot_id": cand.snapshot_id,
+                "path": path,
+                "checkpoint_id": meta.checkpoint_id,
+                "is_savepoint": meta.metadata.is_savepoint,
+                "taken_at": cand.taken_at,
+                "taken_at_source": cand.taken_at_source,
+                "job_id": cand.job_id,
+                "metadata_sha256": cand.metadata_sha256,
+                "metadata_version": meta.metadata.version,
+                "status": status,
+                "unsupported": unsupported,
+                "states": states,
+                "rows": rows,
+                "statecat_version": __version__,
+                "materialized_at": _now(),
+            }
+        )
 
     def _committed(self) -> None:
         self._commits += 1
@@ -591,21 +427,15 @@ class Materializer:
         if gone:
             predicate = _in_predicate(gone)
             # From here on they are not part of the lake (the snapshots table exists: its rows named them).
-            cast("DeltaTable", self.lake.open(SNAPSHOTS)).delete(predicate)
+            self.writer.delete(SNAPSHOTS, predicate)
             for name in self._data_tables():
-                table = self.lake.open(name)
-                if table is not None:
-                    table.delete(predicate)
+                self.writer.delete(name, predicate)
         self.vacuum()
         return gone
 
     def vacuum(self) -> None:
         for name in [SNAPSHOTS, *self._data_tables()]:
-            table = self.lake.open(name)
-            if table is not None:
-                table.vacuum(
-                    retention_hours=int(self.retention.vacuum_hours), dry_run=False, enforce_retention_duration=False
-                )
+            self.writer.vacuum(name, int(self.retention.vacuum_hours))
 
     def delete_orphans(self) -> int:
         """Deletes partitions of snapshots with no ``snapshots`` row (left by a crash, never resumed)."""
@@ -617,12 +447,290 @@ class Materializer:
                 continue
             orphans = sorted({p[PARTITION_COLUMN] for p in table.partitions()} - known)
             if orphans:
-                table.delete(_in_predicate(orphans))
+                self.writer.delete(name, _in_predicate(orphans))
                 deleted += len(orphans)
         return deleted
 
     def _data_tables(self) -> list[str]:
         return [STATE_STATS, STATE_META] + [f"states/{t}" for t in self.lake.state_tables()]
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+@dataclass(frozen=True)
+class StateJob:
+    """One state of one snapshot: its rows become that snapshot's partition of the state's table."""
+
+    meta: StateMeta
+    op: OperatorMeta
+    state: StateInfo
+    table: str  # its table's name under LAKE/states/
+    uri: str  # that table's URI
+    schema: pa.Schema  # the table's columns for it, as Delta stores them: SNAPSHOT_COLUMNS, then the state's
+    snapshot_values: tuple  # (snapshot_id, checkpoint_id, taken_at)
+
+    @property
+    def snapshot_id(self) -> str:
+        return cast(str, self.snapshot_values[0])
+
+
+class LakeWriter(Protocol):
+    """What reaches the lake, one Delta commit per call: each ``write_*`` replaces one snapshot's
+    partition (``snapshot_id = …``) of one table, so a repeated call rewrites, never duplicates."""
+
+    def write_state(self, job: StateJob, stats: list[dict]) -> int:
+        """Writes the state's rows; appends its ``state_stats`` rows to ``stats``; returns its row count."""
+        ...
+
+    def write_partition(self, name: str, schema: pa.Schema, snapshot_id: str, rows: list[dict]) -> None:
+        """Writes the (few) rows of a snapshot into LAKE/name (``state_stats``, ``state_meta``)."""
+        ...
+
+    def write_snapshot_row(self, row: dict) -> None:
+        """Writes the snapshot's ``snapshots`` row, the commit marker (replacing an earlier one of it)."""
+        ...
+
+    def delete(self, name: str, predicate: str) -> None:
+        """Deletes LAKE/name's rows matching ``predicate`` (nothing when the table is not there)."""
+        ...
+
+    def vacuum(self, name: str, retention_hours: int) -> None:
+        """Deletes LAKE/name's files unreferenced for ``retention_hours`` (nothing when the table is not there)."""
+        ...
+
+
+def state_table_schema(state: StateInfo) -> pa.Schema:
+    """A state's table's columns as Delta stores them: the snapshot columns, then the state's own."""
+    return delta_schema(pa.schema(SNAPSHOT_COLUMNS + list(state_schema(state))))
+
+
+def schema_change_error(job: StateJob, table_schema: pa.Schema) -> StatecatError | None:
+    """The error for a state whose columns cannot go into its existing table (the schema rule below)."""
+    problem = _schema_change_problem(table_schema, job.schema)
+    if not problem:
+        return None
+    return StatecatError(
+        f"lake table {job.uri} cannot hold this state's type: {problem}",
+        operator=job.op.label,
+        state=job.state.name,
+        hint="A table holds one logical state of one job: give another job its own lake (--to LAKE/<job>); "
+        "after an incompatible change of a state's type, start a new lake",
+    )
+
+
+def state_write_error(job: StateJob, detail: str) -> StatecatError:
+    """The error for a state's write the Delta writer refused."""
+    return StatecatError(
+        f"cannot write lake table {job.uri}: {detail}",
+        operator=job.op.label,
+        state=job.state.name,
+        hint="A table holds one logical state of one job; if its type changed in a way "
+        "Delta cannot merge (see README, Dashboards), or the lake holds another "
+        "job's state of that name, use one lake per job (--to LAKE/<job>)",
+    )
+
+
+def stat_recorder(
+    op: OperatorMeta, state: StateInfo, table: str, snapshot_values: tuple, stats: list[dict]
+) -> Callable[[int | None, int | None, int, int], None]:
+    """``stat(subtask, key_group, entries, bytes)``: appends one ``state_stats`` row of the state to ``stats``."""
+    snapshot_id, checkpoint_id, taken_at = snapshot_values
+
+    def stat(subtask: int | None, key_group: int | None, entries: int, size: int) -> None:
+        stats.append(
+            {
+                "snapshot_id": snapshot_id,
+                "checkpoint_id": checkpoint_id,
+                "taken_at": taken_at,
+                "operator_id": op.id,
+                "operator": op.label,
+                "state_name": state.name,
+                "table_name": table,
+                "subtask": subtask,
+                "key_group": key_group,
+                "entries": entries,
+                "bytes": size,
+            }
+        )
+
+    return stat
+
+
+def location_batches(
+    meta: StateMeta,
+    state: StateInfo,
+    scanner: KeyedStateScanner | OperatorStateScanner,
+    loc: KeyedLocation | OperatorLocation,
+    stat: Callable[[int | None, int | None, int, int], None],
+    key_groups: Collection[int] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The state's rows at one location (one subtask's handle) as the reader gives them, key-group
+    by key-group (only ``key_groups``, if given), calling ``stat`` for each key-group (keyed
+    states) or for the location (operator states): its entry count is known without hashing any key."""
+    if not state.is_keyed:
+        loc = cast("OperatorLocation", loc)
+        entries = 0
+        for batch in cast("OperatorStateScanner", scanner).batches([loc]):
+            entries += batch.num_rows
+            yield batch
+        stat(loc.subtask, None, entries, loc.end - min(loc.offsets, default=loc.end))
+        return
+    # A keyed state's locations and scanner are keyed ones.
+    loc = cast("KeyedLocation", loc)
+    keyed = cast("KeyedStateScanner", scanner)
+    groups = range(loc.start_key_group, loc.start_key_group + loc.num_key_groups)
+    wanted = groups if key_groups is None else [g for g in groups if g in key_groups]
+    if loc.native is not None:
+        from statecat.readers.native_rocksdb import column_family_bytes
+
+        counts = []
+        for group in wanted:
+            entries = 0
+            for batch in keyed.batches([loc], key_groups={group}):
+                entries += batch.num_rows
+                yield batch
+            counts.append((group, entries))
+        # SST files keep no per-key-group sizes. As for canonical key-groups, a key-group's bytes
+        # are its whole (all states), repeated on each state: the instance's SST bytes spread
+        # evenly over its key-groups.
+        total = sum(column_family_bytes(meta.storage, loc.native).values())
+        shares = dict(zip(groups, _shares(total, [1] * len(groups))))
+        for group, entries in counts:
+            stat(loc.subtask, group, entries, shares[group])
+        return
+    for index, offset in enumerate(loc.offsets):
+        group = loc.start_key_group + index
+        if key_groups is not None and group not in key_groups:
+            continue
+        end = loc.offsets[index + 1] if index + 1 < len(loc.offsets) else loc.stream.size
+        entries = 0
+        for batch in keyed.batches([loc], key_groups={group}):
+            entries += batch.num_rows
+            yield batch
+        stat(loc.subtask, group, entries, end - offset)
+
+
+class DeltaRsWriter:
+    """The lake written with the ``deltalake`` package (delta-rs), in this process: no JVM."""
+
+    def __init__(self, lake: Lake):
+        self.lake = lake
+
+    def write_state(self, job: StateJob, stats: list[dict]) -> int:
+        from deltalake import write_deltalake
+        from deltalake.exceptions import DeltaError
+
+        counter = [0]
+        failure: list[BaseException] = []
+        batches = _remember_failure(self._state_batches(job, stats, counter), failure)
+        reader = pa.RecordBatchReader.from_batches(job.schema, batches)
+        try:
+            self._prepare_table(job)
+            write_deltalake(
+                job.uri,
+                reader,
+                mode="overwrite",
+                predicate=_partition_predicate(job.snapshot_id),
+                partition_by=[PARTITION_COLUMN],
+                schema_mode="merge",
+                storage_options=self.lake.storage_options,
+                commit_properties=_commit_properties(job.snapshot_id),
+            )
+        except DeltaError as exc:
+            if failure:  # reading the state failed inside the writer: report that error itself
+                raise failure[0] from None
+            raise state_write_error(job, _first_line(exc)) from exc
+        return counter[0]
+
+    def _prepare_table(self, job: StateJob) -> None:
+        """Creates the state's table, or checks that the state's columns may go into the existing one."""
+        from deltalake import DeltaTable, TableFeatures
+
+        # Neither a first write that replaces a partition nor create() adds the TIMESTAMP_NTZ table
+        # feature its columns need (the table is then unreadable): create the table with the snapshot
+        # columns only, add the feature, and let the write merge in the state's columns.
+        if not DeltaTable.is_deltatable(job.uri, storage_options=self.lake.storage_options):
+            DeltaTable.create(
+                job.uri,
+                pa.schema(SNAPSHOT_COLUMNS),
+                partition_by=[PARTITION_COLUMN],
+                mode="ignore",
+                storage_options=self.lake.storage_options,
+            )
+        table = DeltaTable(job.uri, storage_options=self.lake.storage_options)
+        error = schema_change_error(job, pa.schema(table.schema().to_arrow()))
+        if error is not None:
+            raise error
+        if _has_naive_timestamp(job.schema) and "timestampNtz" not in set(table.protocol().writer_features or ()):
+            table.alter.add_feature(TableFeatures.TimestampWithoutTimezone, allow_protocol_versions_increase=True)
+
+    @staticmethod
+    def _state_batches(job: StateJob, stats: list[dict], counter: list[int]) -> Iterator[pa.RecordBatch]:
+        """The state's rows with the snapshot columns in front; fills ``stats`` per key-group/subtask."""
+        scanner = scanner_for(job.meta, job.op, job.state)
+        snapshot_id, checkpoint_id, taken_at = job.snapshot_values
+        stat = stat_recorder(job.op, job.state, job.table, job.snapshot_values, stats)
+        schema = job.schema
+        for loc in job.state.locations:
+            for batch in location_batches(job.meta, job.state, scanner, loc, stat):
+                n = batch.num_rows
+                counter[0] += n
+                front = [
+                    pa.repeat(pa.scalar(snapshot_id, pa.string()), n),
+                    pa.repeat(pa.scalar(checkpoint_id, pa.int64()), n),
+                    pa.repeat(pa.scalar(taken_at, SNAPSHOT_COLUMNS[2].type), n),
+                ]
+                yield to_delta(pa.RecordBatch.from_arrays(front + batch.columns, names=schema.names), schema)
+
+    def write_partition(self, name: str, schema: pa.Schema, snapshot_id: str, rows: list[dict]) -> None:
+        from deltalake import write_deltalake
+        from deltalake.exceptions import DeltaError
+
+        table = pa.Table.from_pylist(rows, schema=schema)
+        try:
+            write_deltalake(
+                self.lake.table_uri(name),
+                table,
+                mode="overwrite",
+                predicate=_partition_predicate(snapshot_id),
+                partition_by=[PARTITION_COLUMN],
+                schema_mode="merge",
+                storage_options=self.lake.storage_options,
+                commit_properties=_commit_properties(snapshot_id),
+            )
+        except DeltaError as exc:
+            raise StatecatError(f"cannot write lake table {self.lake.table_uri(name)}: {_first_line(exc)}") from exc
+
+    def write_snapshot_row(self, row: dict) -> None:
+        from deltalake import write_deltalake
+        from deltalake.exceptions import DeltaError
+
+        # Replaces an earlier 'unsupported' row of the same snapshot in the same commit.
+        try:
+            write_deltalake(
+                self.lake.table_uri(SNAPSHOTS),
+                pa.Table.from_pylist([row], schema=SNAPSHOTS_SCHEMA),
+                mode="overwrite",
+                predicate=_partition_predicate(row["snapshot_id"]),
+                schema_mode="merge",
+                storage_options=self.lake.storage_options,
+                commit_properties=_commit_properties(row["snapshot_id"]),
+            )
+        except DeltaError as exc:
+            raise StatecatError(
+                f"cannot write lake table {self.lake.table_uri(SNAPSHOTS)}: {_first_line(exc)}"
+            ) from exc
+
+    def delete(self, name: str, predicate: str) -> None:
+        table = self.lake.open(name)
+        if table is not None:
+            table.delete(predicate)
+
+    def vacuum(self, name: str, retention_hours: int) -> None:
+        table = self.lake.open(name)
+        if table is not None:
+            table.vacuum(retention_hours=retention_hours, dry_run=False, enforce_retention_duration=False)
 
 
 def _state_meta_rows(meta: StateMeta, names: dict, written: dict, snapshot_values: tuple) -> list[dict]:

@@ -58,3 +58,10 @@ def process_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return True
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nothing listens on now (the system's choice; another process may take it before use)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])

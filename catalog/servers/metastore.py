@@ -48,6 +48,7 @@ from statecat.catalog.servers.sessions import (
     hive_scratch_conf,
     log4j2_properties,
 )
+from statecat.catalog.spark.delta import delta_conf
 from statecat.catalog.spark.extension import columnar_conf, spark_jars_dir
 from statecat.statemeta.errors import StatecatError
 
@@ -197,8 +198,8 @@ def write_client_conf(server: MetastoreServer, python: str = sys.executable) -> 
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j}",
     }
     # As statecat's own sessions: Hive's local files in the home, pushdown, columnar state scans.
-    settings = columnar_conf(
-        {**SESSION_SETTINGS, **settings, **hive_scratch_conf(os.path.join(server.home, SCRATCH_DIR))}
+    settings = delta_conf(
+        columnar_conf({**SESSION_SETTINGS, **settings, **hive_scratch_conf(os.path.join(server.home, SCRATCH_DIR))})
     )
     text = "# Written by statecat for its home's shared metastore; rewritten whenever the server starts.\n"
     text += "".join(f"{key} {value}\n" for key, value in settings.items())

@@ -141,6 +141,7 @@ def session(
             for key, value in metastore.spark_conf(shared_metastore).items():
                 builder = builder.config(key, value)
     if starting:
+        _make_source_discoverable()
         scratch = _scratch_dir(home)
         for key, value in hive_scratch_conf(scratch).items():
             builder = builder.config(key, value)
@@ -154,9 +155,11 @@ def session(
             builder = builder.config("spark.ui.showConsoleProgress", "false")
     conf = dict(conf or {})
     if starting:
+        from statecat.catalog.spark.delta import delta_conf
         from statecat.catalog.spark.extension import columnar_conf
 
         conf = columnar_conf(conf)  # state tables read as Arrow columns (catalog/spark/java-extension/)
+        conf = delta_conf(conf)  # Delta tables (statecat attach --lake), catalog/spark/delta.py
     user_java_options = conf.pop("spark.driver.extraJavaOptions", "")
     if java_options or user_java_options:
         builder = builder.config("spark.driver.extraJavaOptions", " ".join(java_options + [user_java_options]).strip())
@@ -176,7 +179,7 @@ def session(
 
         wait_ready(shared_metastore)
     if quiet:
-        _silence_error_echoes()
+        silence_error_echoes()
     _register_source(spark)
     return spark
 
@@ -227,6 +230,31 @@ def _hive_site_configured() -> bool:
     return False
 
 
+SOURCE_MODULE = "pyspark_statecat"
+
+
+def _make_source_discoverable() -> None:
+    """Puts ``pyspark_statecat`` where Spark's own lookup of ``pyspark_*`` modules finds it, for the JVM
+    about to start and its Python processes: every session Spark opens (a JDBC connection's, a Spark
+    Connect client's) then has the ``flinkstate`` source, not only the one registered on below.
+
+    Spark lists modules with ``pkgutil.iter_modules``, which an editable install's import hook does not
+    show; a link to the package in a private directory on ``PYTHONPATH`` does. A regular install
+    needs nothing."""
+    import importlib.util
+    import pkgutil
+
+    if any(module.name == SOURCE_MODULE for module in pkgutil.iter_modules()):
+        return
+    spec = importlib.util.find_spec(SOURCE_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        return
+    links = tempfile.mkdtemp(prefix="statecat-pythonpath-")
+    atexit.register(shutil.rmtree, links, True)
+    os.symlink(list(spec.submodule_search_locations)[0], os.path.join(links, SOURCE_MODULE))
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [links, os.environ.get("PYTHONPATH")]))
+
+
 def _register_source(spark: SparkSession) -> None:
     # Spark finds installed ``pyspark_*`` modules by itself, but not through an editable install's
     # import hook; registering on the session works either way (the same class, so no conflict).
@@ -235,7 +263,7 @@ def _register_source(spark: SparkSession) -> None:
     spark.dataSource.register(FlinkStateDataSource)
 
 
-def _silence_error_echoes() -> None:
+def silence_error_echoes() -> None:
     from pyspark.logger import PySparkLogger
 
     for name in PYTHON_ERROR_ECHO_LOGGERS:

@@ -1,7 +1,7 @@
-"""``statecat sql`` through a running ``statecat serve``: a HiveServer2 client, no Spark in this process.
+"""``statecat sql`` through a running ``statecat serve`` without Spark Connect (``--connect-port 0``):
+a HiveServer2 client, no Spark in this process.
 
-When the home's ``serve.json`` names a live server (see ``thrift_server``), a query is sent there and
-answers in about a second instead of starting Spark. The local path still runs it when the query
+A query sent there answers in about a second instead of starting Spark. The local path still runs it when the query
 needs what only it does: creating a database registered lazily (``queries.prepare``), or naming a
 database or state table the catalog does not have (its error names the known ones). Values arrive
 as HiveServer2 sends them (structs, maps and arrays as text) and are turned back into the values the
@@ -14,7 +14,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from statecat.catalog.servers.thrift_server import ServerInfo, live_server, serve_home
+from statecat.catalog.servers.thrift_server import ServerInfo
 from statecat.statemeta.errors import StatecatError
 
 if TYPE_CHECKING:
@@ -32,14 +32,6 @@ log = logging.getLogger("statecat.catalog")
 
 class ServerQueryError(StatecatError):
     """The server rejected the query or failed running it."""
-
-
-def server_for(home: str | None) -> ServerInfo | None:
-    """The running server ``statecat sql`` may use on this home, if any."""
-    info = live_server(serve_home(home))
-    if info is None or info.auth not in OPEN_AUTH_MODES:
-        return None
-    return info
 
 
 def query_server(info: ServerInfo, query: str, limit: int | None = None) -> tuple[list[str], list[list]] | None:

@@ -1,17 +1,23 @@
-"""``statecat serve``: statecat's Spark as a JDBC/ODBC endpoint (Spark's Thrift server, HiveServer2).
+"""``statecat serve``: statecat's Spark as a JDBC/ODBC endpoint (Spark's Thrift server, HiveServer2)
+and a Spark Connect endpoint.
 
 One Python process builds statecat's session (the home's catalog, the ``flinkstate`` source,
-pushdown), attaches the savepoints under the roots and starts Spark's ``HiveThriftServer2`` in the
-same JVM, so that beeline, BI tools and ``statecat sql`` run SQL through statecat's data source
-without starting Spark for each query. Each JDBC connection gets its own Spark session on the
-shared catalog.
+pushdown, Delta), attaches the savepoints under the roots and starts Spark's ``HiveThriftServer2``
+and Spark Connect (``SparkConnectPlugin``, from the pyspark wheel's own jar) in the same JVM, so
+that beeline, BI tools, notebooks (``SparkSession.builder.remote("sc://…")``) and ``statecat sql``
+run SQL through statecat's data source without starting Spark for each query. Each JDBC
+connection and each Connect client gets its own Spark session on the shared catalog.
+
+With ``idle_timeout`` (servers that ``statecat sql`` or ``statecat.catalog.session()`` started in
+the background, see ``home_server``) it stops when no JDBC session is open, no Connect session is
+active and no job runs for that long.
 
 Every ``poll`` seconds it attaches the new savepoints under the roots, each once it is complete (its
 ``_metadata`` parses and every state file it names is there at full size: ``statemeta.completeness``),
 the way ``statecat watch --attach`` does; and it creates the databases other processes registered
 lazily. A damaged savepoint is logged and skipped until its ``_metadata`` changes.
 
-While it serves, ``HOME/serve.json`` (pid, host, port, auth, started_at) says where; ``statecat sql``
+While it serves, ``HOME/serve.json`` (pid, host, port, auth, started_at, connect_port) says where; ``statecat sql``
 on the same home sends its queries there (see ``sql_client``).
 """
 
@@ -45,6 +51,10 @@ if TYPE_CHECKING:
 SERVE_FILE = "serve.json"
 DEFAULT_BIND = "127.0.0.1"
 DEFAULT_PORT = 10000
+DEFAULT_CONNECT_PORT = 15002  # Spark Connect's own default
+CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
+# How often an idle-timeout server looks for clients.
+IDLE_CHECK_SECONDS = 1.0
 DEFAULT_POLL_SECONDS = 10.0
 AUTH_MODES = ("none", "nosasl", "ldap", "kerberos", "custom", "pam")
 READY_TIMEOUT_SECONDS = 120
@@ -72,6 +82,7 @@ class ServerInfo:
     port: int
     auth: str
     started_at: str
+    connect_port: int | None = None  # None: no Spark Connect (--connect-port 0, or a server before it)
 
     @property
     def url(self) -> str:
@@ -90,6 +101,13 @@ class ServerInfo:
     def local_url(self) -> str:
         """The JDBC URL for a client on this machine."""
         return f"jdbc:hive2://{_url_host(self.connect_host)}:{self.port}/"
+
+    @property
+    def connect_url(self) -> str | None:
+        """The Spark Connect URL for a client on this machine."""
+        if self.connect_port is None:
+            return None
+        return f"sc://{_url_host(self.connect_host)}:{self.connect_port}"
 
 
 def _url_host(host: str) -> str:
@@ -133,9 +151,11 @@ def read_server_info(home: str) -> ServerInfo | None:
 
 
 def live_server(home: str) -> ServerInfo | None:
-    """The home's server if serve.json names a process that is alive and a port that listens."""
+    """The home's server if serve.json names a process that is alive and ports that listen."""
     info = read_server_info(home)
     if info is None or not process_alive(info.pid) or not listening(info.port):
+        return None
+    if info.connect_port is not None and not listening(info.connect_port):
         return None
     return info
 
@@ -149,13 +169,20 @@ def is_loopback(host: str) -> bool:
         return False  # a host name: it may resolve to any interface
 
 
-def check_exposure(bind: str, auth: str | None) -> None:
-    """Only loopback is served without a deliberate choice of authentication."""
+def check_exposure(bind: str, auth: str | None, connect_port: int | None = None) -> None:
+    """Only loopback is served without a deliberate choice of authentication; Spark Connect has none
+    of HiveServer2's, so it is served only where JDBC is open too."""
     if auth is None and not is_loopback(bind):
         raise StatecatError(
             f"--bind {bind} exposes the savepoints beyond this machine and needs --auth",
             hint="Choose --auth none to serve without authentication, or ldap/kerberos/custom/pam with their "
             "--hiveconf settings",
+        )
+    if connect_port and auth is not None and auth.lower() not in ("none", "nosasl"):
+        raise StatecatError(
+            f"--auth {auth} protects JDBC only: Spark Connect (--connect-port {connect_port}) would be open to "
+            "anyone who reaches it",
+            hint="Add --connect-port 0 to serve JDBC alone",
         )
 
 
@@ -284,6 +311,7 @@ class CatalogPoller:
         self.tracker = SavepointTracker(roots)
         self._missing_since: dict[str, float] = {}
         self._lazy_failed: set[str] = set()
+        self._lakes: dict[str, str | None] = {}  # database -> the lake it was attached from, or None
 
     def poll(self, *, first: bool = False) -> list[str]:
         """One pass; returns the databases it created."""
@@ -304,7 +332,26 @@ class CatalogPoller:
             created += result.materialised
             known = registered(self.spark)
         created += self._create_lazy(known, immediately=first)
+        self._sync_lakes(set(known.values()))
         return created
+
+    def _sync_lakes(self, savepoint_databases: set[str]) -> None:
+        """Registers the state tables materialized since into the databases attached from lakes."""
+        from statecat.catalog.spark.discovery import REGISTRY_DATABASE
+        from statecat.catalog.spark.lakes import lake_of, sync_lake
+        from statecat.catalog.spark.registry import existing_databases
+
+        for database in sorted(existing_databases(self.spark) - savepoint_databases - {REGISTRY_DATABASE}):
+            if database not in self._lakes:  # described once: a database does not become a lake's later
+                self._lakes[database] = lake_of(self.spark, database)
+            uri = self._lakes[database]
+            if uri is None:
+                continue
+            try:
+                for table in sync_lake(self.spark, database, uri):
+                    log.info("registered %s.%s from the lake %s", database, table, uri)
+            except OSError as exc:  # the lake's storage unreachable now: tried again next poll
+                log.warning("cannot list the lake %s: %s", uri, exc)
 
     def _create_lazy(self, known: dict[str, str], immediately: bool) -> list[str]:
         from statecat.catalog.spark.databases import materialise
@@ -414,20 +461,28 @@ def serve(
     poll_seconds: float = DEFAULT_POLL_SECONDS,
     auth: str | None = None,
     hiveconf: dict[str, str] | None = None,
+    connect_port: int | None = DEFAULT_CONNECT_PORT,
+    idle_timeout: float | None = None,
     out: TextIO | None = None,
     stop: threading.Event | None = None,
 ) -> int:
-    """Serves until SIGTERM/SIGINT (or ``stop``); returns the exit status."""
+    """Serves until SIGTERM/SIGINT (or ``stop``, or ``idle_timeout`` seconds without a client);
+    returns the exit status. ``connect_port`` None or 0 serves no Spark Connect."""
     from statecat.catalog.servers.sessions import session
     from statecat.catalog.spark.discovery import discover_savepoints, normalise_path
 
     out = out or sys.stdout
-    check_exposure(bind, auth)
+    connect_port = connect_port or None
+    check_exposure(bind, auth, connect_port)
     auth = (auth or "none").lower()
     if auth not in AUTH_MODES:
         raise StatecatError(f"unknown --auth {auth!r}", hint=f"Choose one of {', '.join(AUTH_MODES)}")
     if poll_seconds <= 0:
         raise StatecatError(f"--poll {poll_seconds} must be positive")
+    if idle_timeout is not None and idle_timeout <= 0:
+        raise StatecatError(f"--idle-timeout {idle_timeout} must be positive")
+    if connect_port == port:
+        raise StatecatError(f"--connect-port {connect_port} is also --port", hint="Give them different ports")
     settings = {
         **(hiveconf or {}),
         "hive.server2.thrift.bind.host": bind,
@@ -445,6 +500,8 @@ def serve(
     for root in roots:
         discover_savepoints(normalise_path(root))  # a root that does not exist is the user's error, now
     _check_port_free(bind, port)
+    if connect_port is not None:
+        _check_port_free(bind, connect_port)
 
     stop = stop or threading.Event()
 
@@ -455,7 +512,14 @@ def serve(
         signal.signal(signal.SIGTERM, _on_signal)
         signal.signal(signal.SIGINT, _on_signal)
 
-    spark = session(home, quiet=True)
+    conf = {}
+    if connect_port is not None:
+        conf = {
+            "spark.plugins": CONNECT_PLUGIN,
+            "spark.connect.grpc.binding.address": bind,
+            "spark.connect.grpc.binding.port": str(connect_port),
+        }
+    spark = session(home, quiet=True, conf=conf)
     server = None
     recorded = False
     try:
@@ -464,19 +528,32 @@ def serve(
         if stop.is_set():
             return 0
         server = start_thrift_server(spark, settings)
-        _wait_listening(port, stop)
+        _wait_listening(port, stop, "the Thrift server")
+        if connect_port is not None:
+            _wait_listening(connect_port, stop, "Spark Connect")
         if stop.is_set():
             return 0
-        info = ServerInfo(os.getpid(), bind, port, auth, dt.datetime.now(dt.UTC).isoformat())
+        info = ServerInfo(os.getpid(), bind, port, auth, dt.datetime.now(dt.UTC).isoformat(), connect_port)
         _write_atomically(serve_file(home_dir), json.dumps(asdict(info)))
         recorded = True
         databases = len(spark.catalog.listDatabases())
+        connect = f", Spark Connect on {info.connect_url}" if info.connect_url else ""
+        idle = f"; stops after {idle_timeout:g} s without clients" if idle_timeout else ""
         out.write(
-            f"serving on {info.url} ({databases} databases, home {home_dir}); "
-            f"{query_hint(info, home_dir)} query it; Ctrl-C stops\n"
+            f"serving on {info.url}{connect} ({databases} databases, home {home_dir}); "
+            f"{query_hint(info, home_dir)} query it; Ctrl-C stops{idle}\n"
         )
         out.flush()
-        while not stop.wait(poll_seconds):
+        activity = ClientActivity(spark, server) if idle_timeout else None
+        tick = min(poll_seconds, IDLE_CHECK_SECONDS) if activity is not None else poll_seconds
+        next_poll = time.monotonic() + poll_seconds
+        while not stop.wait(tick):
+            if activity is not None and activity.idle_for() > cast("float", idle_timeout):
+                log.info("no client for %g s, stopping", idle_timeout)
+                break
+            if time.monotonic() < next_poll:
+                continue
+            next_poll = time.monotonic() + poll_seconds
             try:
                 poller.poll()
             except Exception as exc:  # noqa: BLE001 - a failed poll (metastore hiccup) must not stop serving
@@ -504,16 +581,49 @@ def serve(
     return 0
 
 
+class ClientActivity:
+    """How long the server has had no client: no open JDBC session, no active Spark Connect session
+    (Connect expires a client's session after its own timeout, an hour by default, unless the client
+    stops it) and no running Spark job."""
+
+    def __init__(self, spark: SparkSession, thrift_server: Any):
+        self.spark = spark
+        self.sessions = next(
+            service.getSessionManager()
+            for service in thrift_server.getServices().toArray()
+            if service.getClass().getName().endswith("SparkSQLCLIService")
+        )
+        self.connect = None
+        jvm = cast("JVMView", spark._jvm)
+        if CONNECT_PLUGIN in (spark.conf.get("spark.plugins", "") or ""):
+            # The Scala object's session manager (no static forwarder for it).
+            self.connect = getattr(getattr(jvm.org.apache.spark.sql.connect.service, "SparkConnectService$"), "MODULE$")
+        self.last_busy = time.monotonic()
+
+    def busy(self) -> bool:
+        if self.sessions.getOpenSessionCount() > 0:
+            return True
+        if self.connect is not None and self.connect.sessionManager().listActiveSessions().size() > 0:
+            return True
+        return bool(self.spark.sparkContext.statusTracker().getActiveJobsIds())
+
+    def idle_for(self) -> float:
+        now = time.monotonic()
+        if self.busy():
+            self.last_busy = now
+        return now - self.last_busy
+
+
 def _jvm_gone(exc: BaseException) -> bool:
     from py4j.protocol import Py4JNetworkError
 
     return isinstance(exc, (Py4JNetworkError, ConnectionError))
 
 
-def _wait_listening(port: int, stop: threading.Event) -> None:
+def _wait_listening(port: int, stop: threading.Event, what: str) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_SECONDS
     while not listening(port):
         if time.monotonic() > deadline:
-            raise StatecatError(f"the Thrift server did not listen on port {port} within {READY_TIMEOUT_SECONDS} s")
+            raise StatecatError(f"{what} did not listen on port {port} within {READY_TIMEOUT_SECONDS} s")
         if stop.wait(0.1):
             return

@@ -115,7 +115,7 @@ def ensure_catalog_views(spark: SparkSession) -> None:
 def ensure_registry_tables(spark: SparkSession, location: str, tables: Iterable[tuple[str, str, str]]) -> None:
     """Creates each (kind, name, comment) ``flinkstate`` table reading the registry at ``location``;
     one whose columns or registry location changed is recreated, an up-to-date one is kept."""
-    from statecat.catalog.spark.tables import SOURCE_NAME, TableRef, ref_from_schema, spark_schema
+    from statecat.catalog.spark.tables import TableRef, create_table, ref_from_schema, spark_schema
 
     for kind, name, comment in tables:
         schema = spark_schema(TableRef(kind, location))
@@ -124,7 +124,7 @@ def ensure_registry_tables(spark: SparkSession, location: str, tables: Iterable[
             if ref_from_schema(current) == ref_from_schema(schema) and current.names == schema.names:
                 continue
             spark.sql(f"DROP TABLE {name}")
-        spark.catalog.createTable(name, source=SOURCE_NAME, schema=schema, description=comment)
+        create_table(spark, name, schema, comment)
 
 
 def refresh_catalog_views(spark: SparkSession) -> None:

@@ -1,7 +1,7 @@
 """Savepoints as databases in Spark's session catalog (the Hive metastore: embedded Derby by default).
 
     import statecat
-    spark = statecat.catalog.session()                 # local Spark, Hive catalog, pushdown on
+    spark = statecat.catalog.session()                 # Spark Connect to the home's server, Hive catalog, pushdown
     statecat.attach(spark, ["/savepoints"])            # every savepoint under the roots
     statecat.catalog.sql(spark, "SELECT * FROM my_job.accstate WHERE key = 'k'")
 
@@ -34,7 +34,7 @@ from statecat.catalog.spark.registry import (
     read_record,
     registry_records,
 )
-from statecat.catalog.spark.tables import SOURCE_NAME, savepoint_tables, spark_schema
+from statecat.catalog.spark.tables import create_table, savepoint_tables, spark_schema
 from statecat.statemeta.errors import LookupFailedError, StatecatError
 from statecat.statemeta.storage import METADATA_FILE
 
@@ -201,9 +201,7 @@ def materialise(spark: SparkSession, database: str, path: str, descriptors: str 
                 # A type with no Spark column: the rest of the savepoint stays queryable, state_meta lists it.
                 log.warning("no table for %s: %s", table.ref.describe(), exc)
                 continue
-            spark.catalog.createTable(
-                f"`{database}`.`{table.name}`", source=SOURCE_NAME, schema=schema, description=table.comment
-            )
+            create_table(spark, f"`{database}`.`{table.name}`", schema, table.comment)
         names.append(table.name)
     return names
 

@@ -20,6 +20,10 @@ def spark_error_types() -> tuple[type[BaseException], ...]:
         from pyspark.errors.exceptions.captured import CapturedException
 
         types.append(CapturedException)
+    if "pyspark.errors.exceptions.connect" in sys.modules:  # a Spark Connect client's errors
+        from pyspark.errors.exceptions.connect import SparkConnectException
+
+        types.append(SparkConnectException)
     if "py4j.protocol" in sys.modules:
         from py4j.protocol import Py4JJavaError
 

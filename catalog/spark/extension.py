@@ -25,6 +25,7 @@ CACHE_ENV = "XDG_CACHE_HOME"
 JAVAC_TIMEOUT_S = 300
 _log = logging.getLogger("statecat")
 _built: dict[str, str | None] = {}
+NO_JDK_SAID = "no-jdk-said"
 
 
 class JarBuildError(Exception):
@@ -50,34 +51,49 @@ def spark_jars_dir() -> str:
     return os.path.join(pyspark_home(), "jars")
 
 
+def cache_dir() -> Path:
+    """statecat's cache: ``$XDG_CACHE_HOME/statecat``, default ``~/.cache/statecat``."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache") / "statecat"
+
+
 def extension_jar() -> str | None:
     """The path of the compiled extension jar, building it when the cache has none; None without a JDK."""
+    return compiled_jar("statecat-spark", SOURCES, [])
+
+
+def compiled_jar(name: str, sources_root: Path, classpath: list[str]) -> str | None:
+    """``name-<hash>.jar`` of the Java sources under ``sources_root`` compiled against pyspark's jars and
+    ``classpath``, built when the cache has none; None without a JDK (said once)."""
     import pyspark
 
-    sources = sorted(SOURCES.rglob("*.java"))
+    sources = sorted(sources_root.rglob("*.java"))
     digest = hashlib.sha256(pyspark.__version__.encode())
+    for entry in classpath:
+        digest.update(b"\0" + os.path.basename(entry).encode())
     for source in sources:
-        digest.update(source.relative_to(SOURCES).as_posix().encode() + b"\0" + source.read_bytes())
-    version = digest.hexdigest()[:16]
+        digest.update(source.relative_to(sources_root).as_posix().encode() + b"\0" + source.read_bytes())
+    version = f"{name}-{digest.hexdigest()[:16]}"
     if version in _built:
         return _built[version]
-    cache = Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache") / "statecat"
-    jar = cache / f"statecat-spark-{version}.jar"
+    jar = cache_dir() / f"{version}.jar"
     if not jar.is_file():
         javac = _javac()
         if javac is None:
-            _log.warning(
-                "statecat: no javac (JDK) found, so state tables are read row by row through "
-                "Spark's Python data source; install a JDK 17+ (or set JAVA_HOME) for columnar scans"
-            )
+            if not _built.get(NO_JDK_SAID):
+                _log.warning(
+                    "statecat: no javac (JDK) found, so state tables are read row by row through "
+                    "Spark's Python data source and sessions go without Delta Lake; install a JDK 17+ "
+                    "(or set JAVA_HOME) for columnar scans and Delta tables"
+                )
+                _built[NO_JDK_SAID] = "said"
             _built[version] = None
             return None
-        _build(javac, sources, jar)
+        _build(javac, sources, jar, classpath)
     _built[version] = str(jar)
     return str(jar)
 
 
-def _build(javac: str, sources: list[Path], jar: Path) -> None:
+def _build(javac: str, sources: list[Path], jar: Path, classpath: list[str]) -> None:
     jar.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="statecat-javac-") as scratch:
         classes = Path(scratch, "classes")
@@ -92,7 +108,7 @@ def _build(javac: str, sources: list[Path], jar: Path) -> None:
                 "-d",
                 str(classes),
                 "-cp",
-                os.path.join(spark_jars_dir(), "*"),
+                os.pathsep.join([os.path.join(spark_jars_dir(), "*"), *classpath]),
                 *map(str, sources),
             ],
             capture_output=True,
@@ -100,7 +116,9 @@ def _build(javac: str, sources: list[Path], jar: Path) -> None:
             timeout=JAVAC_TIMEOUT_S,
         )
         if done.returncode != 0:
-            raise JarBuildError(f"javac failed on statecat's Spark extension ({SOURCES}):\n{done.stderr.strip()}")
+            raise JarBuildError(
+                f"javac failed on statecat's Java sources ({sources[0].parent}):\n{done.stderr.strip()}"
+            )
         # Written beside its final name and renamed: a session starting at the same time sees the
         # whole jar or none.
         partial = Path(tempfile.mkstemp(prefix=jar.name, suffix=".partial", dir=jar.parent)[1])

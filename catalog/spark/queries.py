@@ -80,6 +80,10 @@ def prepare(spark: SparkSession, query: str) -> list[str]:
         path = _savepoint_of(spark, database)
         if path is not None and is_missing(path):
             raise missing_error(path, database)
+        if path is None:  # a lake's database: its state tables materialized since are registered first
+            from statecat.catalog.spark.lakes import sync_lake_database
+
+            sync_lake_database(spark, database)
     created = []
     if missing:
         known = registered(spark)

@@ -20,13 +20,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from statecat.statemeta.errors import LookupFailedError
 from statecat.statemeta.model import STATE_META_TABLE, StateInfo, StateMeta
 from statecat.statemeta.naming import catalog_table_names
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
     from statecat.statemeta.types import TypeDescriptor
@@ -236,6 +237,34 @@ def _columns_and_comments(kind: str) -> tuple[tuple, dict]:
 
         return sql_form_columns(kind)
     return OPERATOR_COLUMNS, COLUMN_COMMENTS
+
+
+def create_table(spark: SparkSession, name: str, schema: StructType, comment: str | None) -> None:
+    """Creates the ``flinkstate`` catalog table ``name`` with ``schema`` (whose first column's metadata
+    holds its TableRef: no SQL DDL keeps column metadata), reading none of its rows."""
+    if not is_connect_session(spark):
+        spark.catalog.createTable(name, source=SOURCE_NAME, schema=schema, description=comment)
+        return
+    # A Spark Connect client's Catalog.createTable fetches the new table's every row (it runs the
+    # plan to a table); the server creates the table when it plans the command, which asking for the
+    # schema does without running it.
+    from pyspark.sql.connect import plan
+    from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+
+    command = plan.CreateTable(
+        table_name=name,
+        path=None,  # type: ignore[arg-type] # a catalog table of the source, no path (as Catalog.createTable)
+        source=SOURCE_NAME,
+        schema=schema,
+        description=comment,
+        options={},
+    )
+    ConnectDataFrame(command, session=cast("Any", spark)).schema  # noqa: B018 - planning it creates the table
+
+
+def is_connect_session(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect client's session (not a session in this process)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def ref_from_schema(schema: StructType | None) -> TableRef | None:
