@@ -28,10 +28,8 @@ from tests.test_serve import (
     TIMEOUT,
     Server,
     _copy_savepoint,
-    _env,
     _group_members,
     _statecat,
-    _statecat_command,
     _until,
     expected_accstate,
 )
@@ -79,18 +77,10 @@ class OneServer(Server):
         self.port = free_port()
         self.connect_port = _other_port(self.port)
         self.stdout, self.stderr = work / "serve.out", work / "serve.err"
-        command = _statecat_command() + ["serve", "--home", str(home), "--port", str(self.port)]
-        command += ["--connect-port", str(self.connect_port), "--poll", "1", *options, *map(str, roots)]
-        with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
-            self.process = subprocess.Popen(
-                command,
-                cwd=work,
-                env=_env(home),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
+        arguments = ["serve", "--home", str(home), "--port", str(self.port)]
+        self.launch(
+            arguments + ["--connect-port", str(self.connect_port), "--poll", "1", *options, *map(str, roots)], work
+        )
 
     def stop(self) -> None:
         self.kill()

@@ -100,14 +100,20 @@ class Server:
         self.home, self.root, self.port = home, root, port
         self.connect_port = _free_port()
         self.stdout, self.stderr = work / "serve.out", work / "serve.err"
+        self.launch(
+            ["serve", "--home", str(home), "--port", str(port), "--connect-port", str(self.connect_port)]
+            + ["--poll", str(POLL_SECONDS), str(root)],
+            work,
+        )
+
+    def launch(self, arguments: list[str], work: Path) -> None:
+        """Starts ``statecat ARGUMENTS`` with its output in self.stdout and self.stderr."""
         with open(self.stdout, "w") as out, open(self.stderr, "w") as err:
             # Its own process group: teardown can kill the JVM and Python workers with it.
             self.process = subprocess.Popen(
-                _statecat_command()
-                + ["serve", "--home", str(home), "--port", str(port), "--connect-port", str(self.connect_port)]
-                + ["--poll", str(POLL_SECONDS), str(root)],
+                _statecat_command() + arguments,
                 cwd=work,
-                env=_env(home),
+                env=_env(self.home),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

@@ -12,17 +12,15 @@ Only a statecat home with the shared metastore has a home server: with ``STATECA
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from statecat.catalog.servers.local_ports import free_port, process_alive
 from statecat.catalog.servers.thrift_server import ServerInfo, live_server
+from statecat.catalog.spark.locks import exclusive_lock
 from statecat.statemeta.errors import StatecatError
 
 if TYPE_CHECKING:
@@ -70,21 +68,11 @@ def ensure_server(home: str) -> ServerInfo:
     if info is not None:
         return info
     os.makedirs(home, exist_ok=True)
-    with _locked(os.path.join(home, START_LOCK)):  # one starter per home; the others wait and find it
+    with exclusive_lock(os.path.join(home, START_LOCK)):  # one starter per home; the others wait and find it
         info = live_server(home)
         if info is None:
             info = _start(home)
     return info
-
-
-@contextlib.contextmanager
-def _locked(path: str) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _start(home: str) -> ServerInfo:

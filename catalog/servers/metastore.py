@@ -28,7 +28,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +49,7 @@ from statecat.catalog.servers.sessions import (
 )
 from statecat.catalog.spark.delta import delta_conf
 from statecat.catalog.spark.extension import columnar_conf, spark_jars_dir
+from statecat.catalog.spark.locks import exclusive_lock
 from statecat.statemeta.errors import StatecatError
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def start(home: str, *, wait: bool = True) -> MetastoreServer:
     known (the caller boots Spark meanwhile, then calls ``wait_ready``)."""
     home = os.path.abspath(home)
     os.makedirs(home, exist_ok=True)
-    with _start_lock(home):
+    with exclusive_lock(os.path.join(home, LOCK_FILE)):
         server = running(home)
         if server is not None:
             return server
@@ -312,16 +312,6 @@ def _check_derby_free(home: str) -> None:
                 "started without statecat's conf) holds it; close that process, then retry",
             ) from None
         fcntl.lockf(f, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def _start_lock(home: str) -> Iterator[None]:
-    with open(os.path.join(home, LOCK_FILE), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _read_state(home: str) -> MetastoreServer | None:

@@ -338,7 +338,7 @@ class CatalogPoller:
     def _sync_lakes(self, savepoint_databases: set[str]) -> None:
         """Registers the state tables materialized since into the databases attached from lakes."""
         from statecat.catalog.spark.discovery import REGISTRY_DATABASE
-        from statecat.catalog.spark.lakes import lake_of, sync_lake
+        from statecat.catalog.spark.lakes import lake_of, sync_lake_database
         from statecat.catalog.spark.registry import existing_databases
 
         for database in sorted(existing_databases(self.spark) - savepoint_databases - {REGISTRY_DATABASE}):
@@ -347,11 +347,8 @@ class CatalogPoller:
             uri = self._lakes[database]
             if uri is None:
                 continue
-            try:
-                for table in sync_lake(self.spark, database, uri):
-                    log.info("registered %s.%s from the lake %s", database, table, uri)
-            except OSError as exc:  # the lake's storage unreachable now: tried again next poll
-                log.warning("cannot list the lake %s: %s", uri, exc)
+            for table in sync_lake_database(self.spark, database, uri):  # an unreachable lake: next poll
+                log.info("registered %s.%s from the lake %s", database, table, uri)
 
     def _create_lazy(self, known: dict[str, str], immediately: bool) -> list[str]:
         from statecat.catalog.spark.databases import materialise

@@ -18,18 +18,16 @@ without Delta; ``delta_unavailable()`` gives that line to what needs Delta (``st
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import importlib.metadata
 import logging
 import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 from statecat.catalog.spark.extension import cache_dir, compiled_jar, pyspark_home, spark_jars_dir
+from statecat.catalog.spark.locks import exclusive_lock
 from statecat.statemeta.errors import StatecatError
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
@@ -87,7 +85,7 @@ def delta_jars() -> list[str]:
     if listed is not None:
         return listed
     home.mkdir(parents=True, exist_ok=True)
-    with _locked(home / ".lock"):  # one resolution at a time: the others wait, then read its list
+    with exclusive_lock(home / ".lock"):  # one resolution at a time: the others wait, then read its list
         listed = _listed(home)
         if listed is None:
             listed = _resolve(home)
@@ -100,16 +98,6 @@ def _listed(home: Path) -> list[str] | None:
     except OSError:
         return None
     return jars if jars and all(os.path.isfile(jar) for jar in jars) else None
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _resolve(home: Path) -> list[str]:

@@ -18,12 +18,12 @@ import re
 from typing import TYPE_CHECKING
 
 from statecat.catalog.spark.delta import CATALOG_CLASS, SESSION_CATALOG, delta_unavailable
+from statecat.catalog.spark.registry import PROPERTY_LAKE, database_properties, sql_string
 from statecat.statemeta.errors import LookupFailedError, StatecatError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-PROPERTY_LAKE = "statecat.lake"
 STATES_DIR = "states"
 DELTA_LOG = "_delta_log"
 # A state table named like a top-level table is registered with this prefix.
@@ -105,10 +105,10 @@ def attach_lake(spark: SparkSession, lake: str, database: str | None = None) -> 
                 hint="Choose another name with --database NAME",
             )
     else:
-        comment = _sql_string(f"statecat lake {uri}")
+        comment = sql_string(f"statecat lake {uri}")
         spark.sql(
             f"CREATE DATABASE IF NOT EXISTS `{name}` COMMENT {comment} "
-            f"WITH DBPROPERTIES ({_sql_string(PROPERTY_LAKE)} = {_sql_string(uri)})"
+            f"WITH DBPROPERTIES ({sql_string(PROPERTY_LAKE)} = {sql_string(uri)})"
         )
     return name, sync_lake(spark, name, uri)
 
@@ -120,35 +120,28 @@ def sync_lake(spark: SparkSession, database: str, uri: str) -> list[str]:
     for table, location in lake_tables(uri).items():
         if table in existing:
             continue
-        spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION {_sql_string(location)}")
+        try:
+            spark.sql(f"CREATE TABLE IF NOT EXISTS `{database}`.`{table}` USING delta LOCATION {sql_string(location)}")
+        except Exception as exc:
+            # Another process (an attach and the server's poll) created it between Spark's check and
+            # the metastore's create: IF NOT EXISTS does not cover that race.
+            if "AlreadyExists" not in str(exc) or not spark.catalog.tableExists(f"`{database}`.`{table}`"):
+                raise
+            continue
         added.append(table)
     return added
 
 
 def lake_of(spark: SparkSession, database: str) -> str | None:
     """The lake a database was attached from, or None for any other database."""
-    try:
-        rows = spark.sql(f"DESCRIBE DATABASE EXTENDED `{database}`").collect()
-    except Exception:  # noqa: BLE001 - a database Spark cannot describe is not a lake's
-        return None
-    for row in rows:
-        if row[0] == "Properties" and PROPERTY_LAKE in row[1]:
-            match = re.search(re.escape(PROPERTY_LAKE) + r",(.*?)\)", row[1])
-            return match.group(1) if match else None
-    return None
+    return database_properties(spark, database).get(PROPERTY_LAKE)
 
 
-def sync_lake_database(spark: SparkSession, database: str) -> list[str]:
-    """``sync_lake`` for a database attached from a lake; nothing for any other database."""
-    uri = lake_of(spark, database)
-    if uri is None:
-        return []
+def sync_lake_database(spark: SparkSession, database: str, uri: str) -> list[str]:
+    """``sync_lake``, where the lake's storage may be unreachable now: its registered tables still answer
+    or say why."""
     try:
         return sync_lake(spark, database, uri)
-    except OSError as exc:  # the lake's storage unreachable now: its registered tables still answer or say why
+    except OSError as exc:
         log.warning("cannot list the lake %s of %s: %s", uri, database, exc)
         return []
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 from statecat.catalog.spark.databases import materialise
 from statecat.catalog.spark.discovery import REGISTRY_DATABASE
-from statecat.catalog.spark.registry import PROPERTY_SAVEPOINT, existing_databases, registered
+from statecat.catalog.spark.registry import (
+    PROPERTY_LAKE,
+    PROPERTY_SAVEPOINT,
+    database_properties,
+    existing_databases,
+    registered,
+)
 from statecat.statemeta.errors import LookupFailedError, StatecatError, did_you_mean
 
 if TYPE_CHECKING:
@@ -77,13 +83,14 @@ def prepare(spark: SparkSession, query: str) -> list[str]:
 
     missing = {d for d in databases if not spark.catalog.databaseExists(d)}
     for database in sorted(databases - missing - {REGISTRY_DATABASE}):
-        path = _savepoint_of(spark, database)
+        properties = database_properties(spark, database)
+        path = properties.get(PROPERTY_SAVEPOINT)
         if path is not None and is_missing(path):
             raise missing_error(path, database)
-        if path is None:  # a lake's database: its state tables materialized since are registered first
+        if PROPERTY_LAKE in properties:  # a lake's database: its state tables materialized since are registered first
             from statecat.catalog.spark.lakes import sync_lake_database
 
-            sync_lake_database(spark, database)
+            sync_lake_database(spark, database, properties[PROPERTY_LAKE])
     created = []
     if missing:
         known = registered(spark)
@@ -116,15 +123,7 @@ def _is_savepoint_database(spark: SparkSession, database: str) -> bool:
 
 
 def _savepoint_of(spark: SparkSession, database: str) -> str | None:
-    try:
-        rows = spark.sql(f"DESCRIBE DATABASE EXTENDED `{database}`").collect()
-    except Exception:  # noqa: BLE001 - a database Spark cannot describe is not one of ours
-        return None
-    for row in rows:
-        if row[0] == "Properties" and PROPERTY_SAVEPOINT in row[1]:
-            match = re.search(re.escape(PROPERTY_SAVEPOINT) + r",(.*?)\)", row[1])
-            return match.group(1) if match else row[1]
-    return None
+    return database_properties(spark, database).get(PROPERTY_SAVEPOINT)
 
 
 def split_statements(query: str) -> list[str]:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 REGISTRY_TABLE = f"{REGISTRY_DATABASE}.savepoints"
 PROPERTY_SAVEPOINT = "statecat.savepoint"  # database property holding the savepoint's path
+PROPERTY_LAKE = "statecat.lake"  # database property holding the lake's URI (spark/lakes.py)
 
 TIME_SOURCE_COMMENT = (
     "where `time` comes from: rest_trigger (statecat savepoint saw it complete), "
@@ -252,6 +253,21 @@ def _remove_generations(spark: SparkSession, parent: str, keep: set[str]) -> Non
         name = status.getPath().getName()
         if status.isDirectory() and _GENERATION.fullmatch(name) and name not in keep:
             filesystem.delete(status.getPath(), True)
+
+
+_PROPERTY_PAIR = re.compile(r"\(([^,()]+),(.*?)\)")
+
+
+def database_properties(spark: SparkSession, database: str) -> dict[str, str]:
+    """The database's properties (``statecat.savepoint``, ``statecat.lake``); none for one Spark cannot describe."""
+    try:
+        rows = spark.sql(f"DESCRIBE DATABASE EXTENDED `{database}`").collect()
+    except Exception:  # noqa: BLE001 - a database Spark cannot describe is not one of ours
+        return {}
+    for row in rows:
+        if row[0] == "Properties":
+            return {key.strip(): value for key, value in _PROPERTY_PAIR.findall(row[1])}
+    return {}
 
 
 def existing_databases(spark: SparkSession) -> set[str]:
