@@ -10,6 +10,11 @@ as it reads by default (column-wise where a plan exists); ``--java-ref`` then ru
 (../shared/bench/java-ref/run.sh --materialize) on cpu 1, one after the other. Entries are
 counted as Flink counts them (a MapState row is as many entries as it has map entries), and both
 sides must count the same. One row per layout, with the ratio statecat / Flink.
+
+``--kryo``: the same data shape twice in one savepoint of tests/flink_jobs/java/DataStreamPojo.java
+(``--kryo-state``): ``summary`` through Flink's PojoSerializer, ``summary_kryo`` through Kryo's
+FieldSerializer (a value class), read with the job's jar (``--classpath``); rows/s of each and
+the ratio POJO / Kryo, on Flink 2.3 (Kryo 5) and 1.20 (Kryo 2.24).
 """
 
 from __future__ import annotations
@@ -115,6 +120,45 @@ def java_reference(path: Path, cache: Path, rerun: bool) -> dict:
     return json.loads(cache.read_text())
 
 
+# Flink release → (fixture case, params) of the Kryo-against-POJO savepoints.
+KRYO_CASES = {
+    "2.3": ("datastream_java_pojo_2.3", {"keys": 200_000, "records": 400_000, "kryo": 1}),
+    "1.20": ("datastream_java_pojo_1.20", {"keys": 200_000, "records": 400_000, "kryo": 1}),
+}
+
+
+def kryo_against_pojo(directory: Path, repeat: int) -> None:
+    """Rows/s of one POJO state and of the same values through Kryo (decoded from the job's jar)."""
+    from tests.fixtures.generate import generate_case
+    from tests.fixtures.runtime import java_job_jar
+
+    print(f"{'Flink':<8} {'rows':>9} {'POJO':>12} {'Kryo':>12} {'POJO/Kryo':>10}")
+    for release, (case, params) in KRYO_CASES.items():
+        target = directory / f"kryo_{release}"
+        if not (target / "savepoint" / "_metadata").is_file():
+            print(f"generating the Kryo/POJO savepoint of Flink {release} ({params}) ...", file=sys.stderr)
+            directory.mkdir(parents=True, exist_ok=True)
+            generate_case(case, directory, **params)
+            (directory / case).rename(target)
+        jar = java_job_jar("datastream_java_pojo", {"2.3": "2.3.0", "1.20": "1.20.5"}[release])
+        reader = SavepointReader(str(target / "savepoint"), classpath=[jar])
+
+        def rate(state: str, reader: SavepointReader = reader) -> tuple[int, float]:
+            best = float("inf")
+            rows = 0
+            for _ in range(repeat):
+                started = time.perf_counter()
+                rows = sum(b.num_rows for b in reader.batches(state))
+                best = min(best, time.perf_counter() - started)
+            return rows, rows / best
+
+        rate("summary_kryo")  # warm the page cache and the compiled decoders
+        rows, pojo = rate("summary")
+        kryo_rows, kryo = rate("summary_kryo")
+        assert rows == kryo_rows, (rows, kryo_rows)
+        print(f"{release:<8} {rows:>9,} {pojo / 1e6:>8.3f} M/s {kryo / 1e6:>8.3f} M/s {pojo / kryo:>10.2f}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "statecat-layouts")
@@ -123,7 +167,12 @@ def main() -> None:
     parser.add_argument("--java-ref", action="store_true")
     parser.add_argument("--rerun-java", action="store_true", help="ignore Flink figures cached under --dir")
     parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument("--kryo", action="store_true", help="only Kryo against POJO on the same data shape")
     args = parser.parse_args()
+    if args.kryo:
+        os.sched_setaffinity(0, {0})
+        kryo_against_pojo(args.dir, args.repeat)
+        return
     if args.java_ref and not JAVA_REF.exists():
         parser.error(f"--java-ref needs Flink's decoder at {JAVA_REF} (the team's shared directory)")
     layouts = [name for name in args.layouts.split(",") if name]

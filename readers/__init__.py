@@ -9,12 +9,16 @@
         ...
     view = reader.key("key_662")                          # every state holding key_662 (readers/keyview.py)
 
+A Java job's Kryo-serialized state decodes given its classes (``SavepointReader(path,
+classpath=["job.jar"])``, ``readers/kryo.py``); TTL states carry ``ttl_timestamp`` (``readers/ttl.py``).
+
 Partitions (``reader.partitions(state)``) are small picklable descriptions of one subtask's
 key-group range, for engines that spread a scan over workers.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -34,7 +38,7 @@ from statecat.readers.scan import (
     ReadStats,
     scanner_for,
 )
-from statecat.statemeta.descriptors import apply_descriptors, with_pyflink_pickles
+from statecat.statemeta.descriptors import apply_descriptors, with_classpath, with_pyflink_pickles
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.model import (
     KeyedLocation,
@@ -74,11 +78,19 @@ class Partition:
 
 class SavepointReader:
     def __init__(
-        self, savepoint: str | StateMeta, *, unpickle: bool = False, descriptors: DescriptorSource | None = None
+        self,
+        savepoint: str | StateMeta,
+        *,
+        unpickle: bool = False,
+        descriptors: DescriptorSource | None = None,
+        classpath: Sequence[str | os.PathLike[str]] | None = None,
     ) -> None:
         """``descriptors``: a descriptor file (path), its parsed document or a DescriptorSet, applied
         to the savepoint's StateMeta in memory (nothing is written: read-only stores work).
+        ``classpath``: the job's JARs and class directories; their class files (read as data, never
+        loaded) type the Kryo-serialized state.
         ``unpickle=True`` decodes PyFlink pickles (runs code from the savepoint: trusted ones only)."""
+        descriptors = with_classpath(descriptors, classpath)
         if isinstance(savepoint, StateMeta):
             meta = savepoint if descriptors is None else apply_descriptors(savepoint, descriptors)
         else:

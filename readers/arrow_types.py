@@ -58,6 +58,8 @@ _SCALARS = {
     "TIMESTAMP_WITH_LOCAL_TIME_ZONE": TIMESTAMP_UTC,
     "RAW": pa.binary(),
     "NULL": pa.string(),
+    "tuple0": pa.string(),
+    "kryo_any": pa.string(),  # a Kryo value of a class known only at run time, as JSON text
 }
 
 
@@ -74,7 +76,9 @@ def arrow_type(desc: TypeDescriptor) -> pa.DataType:
                 f"no Arrow type for {desc.describe()}: Flink's DECIMAL has 1 to 38 digits and a scale within them"
             )
         return pa.decimal128(precision, scale)
-    if kind in ("nullable", "ttl", "external", "raw_value", "pyflink"):
+    if kind in ("nullable", "ttl", "external", "raw_value", "pyflink", "kryo"):
+        return arrow_type(desc.fields[0][1])
+    if kind == "avro":  # the column type of the writer schema (statemeta.avro.column_type)
         return arrow_type(desc.fields[0][1])
     if kind in ("list", "primitive_array", "string_array", "generic_array", "ARRAY", "array_data"):
         return pa.list_(arrow_type(desc.fields[0][1]))
@@ -92,13 +96,18 @@ def arrow_type(desc: TypeDescriptor) -> pa.DataType:
 
 
 def state_schema(state: StateInfo) -> pa.Schema:
-    """Keyed states: (key, namespace, value); operator states: (value, subtask)."""
+    """Keyed states: (key, namespace, value), and ttl_timestamp for a state with TTL (readers/ttl.py);
+    operator states: (value, subtask)."""
     if state.is_keyed:
-        return pa.schema(
-            [
-                pa.field("key", arrow_type(key_column_type(state.key_type))),  # keyed: has one
-                pa.field("namespace", arrow_type(state.namespace) if state.namespace is not None else pa.string()),
-                pa.field("value", arrow_type(state.value)),
-            ]
-        )
+        from statecat.readers.ttl import TTL_COLUMN, ttl_arrow_type, ttl_layout
+
+        fields = [
+            pa.field("key", arrow_type(key_column_type(state.key_type))),  # keyed: has one
+            pa.field("namespace", arrow_type(state.namespace) if state.namespace is not None else pa.string()),
+            pa.field("value", arrow_type(state.value)),
+        ]
+        layout = ttl_layout(state)
+        if layout is not None:
+            fields.append(pa.field(TTL_COLUMN, ttl_arrow_type(state, layout)))
+        return pa.schema(fields)
     return pa.schema([pa.field("value", arrow_type(state.value)), pa.field("subtask", pa.int32())])

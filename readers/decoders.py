@@ -143,6 +143,17 @@ def _skip_one(buf: bytes, pos: int) -> tuple[None, int]:
     return None, pos + 1
 
 
+TUPLE0_BYTE = 42  # Tuple0Serializer writes this one byte for the empty tuple
+# The empty tuple as Java prints it: Parquet (the lake) has no struct without fields.
+TUPLE0_TEXT = "()"
+
+
+def _tuple0(buf: bytes, pos: int) -> tuple[str, int]:
+    if buf[pos] != TUPLE0_BYTE:
+        raise DecodeError(f"expected Tuple0's byte {TUPLE0_BYTE}, got {buf[pos]}")
+    return TUPLE0_TEXT, pos + 1
+
+
 def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
@@ -369,6 +380,7 @@ _SIMPLE: dict[str, Decoder] = {
     "string": java_string,
     "bytes": _framed_bytes,
     "void": _skip_one,
+    "tuple0": _tuple0,
     "void_namespace": _skip_one,
     "global_window": _skip_one,
     "bigint": _bigint,
@@ -420,6 +432,14 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         return ttl
     if kind in ("external",):
         return build_decoder(desc.fields[0][1], unpickle=unpickle)
+    if kind == "avro":  # flink-avro's AvroSerializer, compiled from the writer schema (statemeta.avro)
+        from statecat.readers.avro import build_avro_decoder
+
+        return build_avro_decoder(desc)
+    if kind == "kryo":  # Kryo's FieldSerializer, typed from the job's class files (statemeta.kryo)
+        from statecat.readers.kryo import build_kryo_decoder
+
+        return build_kryo_decoder(desc)
     if kind == "raw_value":
         inner_desc = desc.fields[0][1]
         # the name is reused (a Decoder above): None means bytes kept raw
@@ -565,7 +585,9 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
 
         return either
     if kind == "pojo":
-        pojo_class = desc.attr("class")
+        base = desc.attr("base_fields", len(pairs))
+        own, extra = pairs[:base], [name for name, _ in pairs[base:]]
+        subclass = _pojo_subclasses(desc, names, unpickle)
 
         def pojo(buf: bytes, pos: int) -> tuple[dict[str, Any] | None, int]:
             flags = buf[pos]
@@ -573,21 +595,63 @@ def _struct_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
             if flags & POJO_NULL:
                 return None, pos
             if not flags & POJO_EXACT:
-                raise DecodeError(
-                    f"a subclass instance of POJO {pojo_class} (flags 0x{flags:02x}); only exact POJO "
-                    f"instances are decoded"
-                )
+                return subclass(buf, pos, flags)
             out: dict[str, Any] = {}
-            for name, decode in pairs:
+            for name, decode in own:
                 if buf[pos]:
                     out[name] = None
                     pos += 1
                 else:
                     out[name], pos = decode(buf, pos + 1)
+            for name in extra:
+                out[name] = None
             return out, pos
 
         return pojo
     return masked_fields_decoder(pairs, ROW_KIND_BITS if desc.attr("row_kind", False) else 0)
+
+
+def _pojo_subclasses(
+    desc: TypeDescriptor, names: list[str], unpickle: bool
+) -> Callable[[bytes, int, int], tuple[dict[str, Any] | None, int]]:
+    """A POJO subclass instance: a tag (registered subclass) or the class name (writeUTF), then
+    the subclass serializer's bytes; its fields fill the POJO's columns."""
+    tagged: dict[int, TypeDescriptor] = {}
+    named: dict[str, TypeDescriptor] = {}
+    for sub, tag, doc in json.loads(desc.attr("subclasses") or "[]"):
+        sub_desc = TypeDescriptor.from_json(doc)
+        named[sub] = sub_desc
+        if tag is not None:
+            tagged[tag] = sub_desc
+    decoders: dict[int, Decoder] = {}
+
+    def subclass(buf: bytes, pos: int, flags: int) -> tuple[dict[str, Any] | None, int]:
+        if flags & POJO_TAGGED:
+            tag = buf[pos]
+            pos += 1
+            sub_desc = tagged.get(tag)
+            if sub_desc is None:
+                raise DecodeError(f"POJO {desc.attr('class')} subclass tag {tag} is not a registered subclass")
+        elif flags & POJO_SUBCLASS:
+            (length,) = _BE_U16(buf, pos)
+            name = buf[pos + 2 : pos + 2 + length].decode("utf-8", "replace")
+            pos += 2 + length
+            sub_desc = named.get(name)
+            if sub_desc is None:
+                raise DecodeError(
+                    f"a subclass instance of POJO {desc.attr('class')} of a class ({name}) its snapshot has no serializer for"
+                )
+        else:
+            raise DecodeError(f"POJO flags 0x{flags:02x}: expected null, exact or subclass")
+        decode = decoders.get(id(sub_desc))
+        if decode is None:
+            decode = decoders[id(sub_desc)] = build_decoder(sub_desc, unpickle=unpickle)
+        value, pos = decode(buf, pos)
+        if value is None:
+            return None, pos
+        return {name: value.get(name) for name in names}, pos
+
+    return subclass
 
 
 def fields_decoder(pairs: list[tuple[str, Decoder]]) -> Decoder:

@@ -12,6 +12,13 @@ their stable table name (``statemeta.naming``). Keyed states with the same max p
 compared key-group by key-group, so memory holds one key-group of each side whatever the states'
 sizes and whatever the two jobs' parallelism. What cannot be compared (another max parallelism, a
 changed type or kind) is a summary line with the reason, never an error.
+
+States with TTL (readers/ttl.py): each change carries the value's last-access timestamps
+(``old_ttl_timestamp``, ``new_ttl_timestamp``), but a change is a change of the value. A key whose
+value is equal and whose timestamp moved is counted unchanged, and ``restamped`` says how many of
+those there are: with ``OnReadAndWrite`` every read moves the timestamp, and a diff that listed
+them would bury the keys whose state did change. That the key was written again shows in the
+``restamped`` count, and a key's timestamps in its history (``statecat history``).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from typing import Any, cast
 from statecat.readers.arrow_types import state_schema
 from statecat.readers.keyview import decode_key_group, select_states
 from statecat.readers.scan import KeyedStateScanner, scanner_for
+from statecat.readers.ttl import TTL_COLUMN
 from statecat.statemeta.errors import StatecatError, UnsupportedError
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
 from statecat.statemeta.naming import stable_state_names
@@ -46,6 +54,9 @@ class Change:
     old: object
     new: object
     key_group: int | None  # keyed states; None for operator state
+    # States with TTL: the last-access timestamps (epoch ms) of the old and new value; else None
+    old_ttl_timestamp: object = None
+    new_ttl_timestamp: object = None
 
     def as_dict(self) -> dict:
         return {
@@ -58,6 +69,8 @@ class Change:
             "old": self.old,
             "new": self.new,
             "key_group": self.key_group,
+            "old_ttl_timestamp": self.old_ttl_timestamp,
+            "new_ttl_timestamp": self.new_ttl_timestamp,
         }
 
 
@@ -77,6 +90,7 @@ class StateDiff:
     removed: int = 0
     changed: int = 0
     unchanged: int = 0
+    restamped: int = 0  # of the unchanged: an equal value with another TTL timestamp
 
     def as_dict(self) -> dict:
         return {
@@ -90,6 +104,7 @@ class StateDiff:
             "removed": self.removed,
             "changed": self.changed,
             "unchanged": self.unchanged,
+            "restamped": self.restamped,
         }
 
 
@@ -108,7 +123,7 @@ class SavepointDiff:
         for entry in self.states:
             if entry.status != COMPARED:
                 continue
-            entry.added = entry.removed = entry.changed = entry.unchanged = 0
+            entry.added = entry.removed = entry.changed = entry.unchanged = entry.restamped = 0
             try:
                 if entry.kind in ("keyed", "timer"):
                     yield from self._keyed_changes(entry)
@@ -127,7 +142,8 @@ class SavepointDiff:
 
     def totals(self) -> dict:
         states = self.summary()
-        return {name: sum(getattr(s, name) for s in states) for name in ("added", "removed", "changed", "unchanged")}
+        names = ("added", "removed", "changed", "unchanged", "restamped")
+        return {name: sum(getattr(s, name) for s in states) for name in names}
 
     # -- keyed states: key-group by key-group
 
@@ -161,6 +177,8 @@ class SavepointDiff:
                     del old[ident]
                 if exact or comparable(previous["value"]) == comparable(row["value"]):
                     entry.unchanged += 1
+                    if comparable(previous.get(TTL_COLUMN)) != comparable(row.get(TTL_COLUMN)):
+                        entry.restamped += 1
                     continue
                 entry.changed += 1
                 yield Change(
@@ -173,6 +191,8 @@ class SavepointDiff:
                     previous["value"],
                     row["value"],
                     group,
+                    previous.get(TTL_COLUMN),
+                    row.get(TTL_COLUMN),
                 )
             else:
                 entry.added += 1
@@ -186,6 +206,8 @@ class SavepointDiff:
                     None,
                     row["value"],
                     group,
+                    None,
+                    row.get(TTL_COLUMN),
                 )
         for rows in old.values():
             for row in rows:
@@ -200,6 +222,8 @@ class SavepointDiff:
                     row["value"],
                     None,
                     group,
+                    row.get(TTL_COLUMN),
+                    None,
                 )
 
     # -- operator states: small by nature (Flink holds them in memory on restore), compared whole

@@ -53,6 +53,8 @@ from statecat.readers.decoders import (
     MIN_MICROS,
     POJO_EXACT,
     POJO_NULL,
+    POJO_SUBCLASS,
+    POJO_TAGGED,
     ROW_KIND_BITS,
     TIMER_TIMESTAMP_FLIP,
 )
@@ -599,6 +601,13 @@ def _encode_local_datetime(value: Any, out: bytearray) -> None:
     out += _local_date_bytes(days) + _local_time_bytes(micros_of_day * NANOS_PER_MICRO)
 
 
+def _encode_tuple0(value: Any, out: bytearray) -> None:
+    """Tuple0Serializer: one byte, 42."""
+    if value != "()":
+        raise EncodeError('the empty tuple "()"', value)
+    out.append(42)
+
+
 def _encode_void(value: Any, out: bytearray) -> None:
     """VoidSerializer, VoidNamespaceSerializer, GlobalWindow.Serializer: one 0 byte."""
     if value is not None:
@@ -636,6 +645,7 @@ _SIMPLE: dict[str, Encoder] = {
     "string": java_string,
     "bytes": _framed_bytes,
     "void": _encode_void,
+    "tuple0": _encode_tuple0,
     "void_namespace": _encode_void,
     "global_window": _encode_void,
     "bigint": _encode_bigint,
@@ -700,6 +710,10 @@ def _build(desc: TypeDescriptor, options: _Options) -> Encoder:
         return _ttl(_build(desc.fields[0][1], options), options.ttl_timestamp)
     if kind == "external":
         return _build(desc.fields[0][1], options)
+    if kind == "avro":  # flink-avro's AvroSerializer, from the writer schema (readers/avro.py)
+        from statecat.readers.avro import build_avro_encoder
+
+        return build_avro_encoder(desc)
     if kind == "raw_value":
         inner_desc = desc.fields[0][1]
         return _not_null(
@@ -992,7 +1006,10 @@ def _struct_encoder(desc: TypeDescriptor, options: _Options) -> Encoder:
 
         return either
     if kind == "pojo":
-        pairs = list(zip(names, encoders))
+        base = desc.attr("base_fields", len(names))
+        pairs = list(zip(names, encoders))[:base]
+        subclass_only = names[base:]  # columns of subclasses' fields (see statemeta.snapshots._pojo)
+        subclass = _pojo_subclass_encoder(desc, options)
         expected = f"a POJO {desc.attr('class')} (dict of {', '.join(names)})"
         keyset = frozenset(names)
 
@@ -1001,6 +1018,9 @@ def _struct_encoder(desc: TypeDescriptor, options: _Options) -> Encoder:
                 out += _BE_I8(POJO_NULL)
                 return
             fields = _fields_of(value, names, expected, keyset)
+            if any(fields[name] is not None for name in subclass_only):
+                subclass(fields, value, out)
+                return
             out.append(POJO_EXACT)  # statecat writes (and reads) instances of the POJO class itself
             for name, encode_field in pairs:
                 item = fields[name]
@@ -1013,6 +1033,35 @@ def _struct_encoder(desc: TypeDescriptor, options: _Options) -> Encoder:
         return pojo
     row_kind = bool(desc.attr("row_kind", False))
     return masked_fields_encoder(list(zip(names, encoders)), ROW_KIND_BITS if row_kind else 0)
+
+
+def _pojo_subclass_encoder(
+    desc: TypeDescriptor, options: _Options
+) -> Callable[[Mapping[str, Any], Any, bytearray], None]:
+    """A POJO row with a subclass's fields set: the first subclass (registered ones first) that has
+    every set field, written as Flink does: its tag or class name, then its own serializer's bytes."""
+    import json
+
+    subclasses = []
+    for sub, tag, doc in json.loads(desc.attr("subclasses") or "[]"):
+        sub_desc = TypeDescriptor.from_json(doc)
+        subclasses.append((sub, tag, sub_desc, frozenset(n for n, _ in sub_desc.fields), _build(sub_desc, options)))
+
+    def subclass(fields: Mapping[str, Any], value: Any, out: bytearray) -> None:
+        given = {name for name, item in fields.items() if item is not None}
+        for sub, tag, sub_desc, names, encode in subclasses:
+            if given <= names:
+                if tag is not None:
+                    out += bytes((POJO_TAGGED, tag))
+                else:
+                    encoded = sub.encode("utf-8")
+                    out.append(POJO_SUBCLASS)
+                    out += len(encoded).to_bytes(2, "big") + encoded
+                encode({name: fields.get(name) for name, _ in sub_desc.fields}, out)
+                return
+        raise EncodeError(f"fields of one subclass of POJO {desc.attr('class')} (its snapshot's subclasses)", value)
+
+    return subclass
 
 
 def fields_encoder(pairs: list[tuple[str, Encoder]], what: str = "a TUPLE") -> Encoder:

@@ -4,6 +4,15 @@ Rows are what ``statecat read`` shows (``key``, ``namespace``, ``value``, as pya
 ``to_pylist`` gives them). Entries are the canonical pairs (composite key with its key-group
 prefix, value as RocksDB keeps it): one per value, list or timer, one per map entry. A row keeps
 the entries it was decoded from, so rows an edit does not touch are written back byte for byte.
+
+A state with TTL (readers/ttl.py) has a ``ttl_timestamp`` column, and an edited row is written with
+the timestamps it holds after the edit, as SQL treats any column: an UPDATE that does not SET
+``ttl_timestamp`` keeps each value's stored timestamp (a ListState's by position, a MapState's by
+map key), ``SET ttl_timestamp = …`` writes the one given, and a value with none (an INSERT without
+it, a new list element or map entry, ``ttl_timestamp`` set to NULL) gets the time of the write, as
+Flink stamps a created value. Editing a value does not refresh its timestamp by itself: an edit is a
+repair, not the job's write, and refreshing would keep every key a bulk UPDATE touches alive for
+another TTL; ``SET ttl_timestamp = NULL`` refreshes it explicitly (the write time).
 """
 
 from __future__ import annotations
@@ -17,12 +26,12 @@ from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, TIMER_TIMESTAMP_FL
 from statecat.readers.framing import Entry, composite_key
 from statecat.readers.keygroups import key_group_for
 from statecat.readers.native_rocksdb import key_group_prefix
-from statecat.readers.scan import KeyedStateScanner
+from statecat.readers.scan import KeyedStateScanner, _hashable
+from statecat.readers.ttl import TTL_COLUMN, TTL_TIMESTAMP_BYTES
 from statecat.statemeta.errors import UnsupportedError
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 
-TTL_TIMESTAMP_BYTES = 8
 MAP_VALUE_NULL = b"\x01"
 MAP_VALUE_PRESENT = b"\x00"
 
@@ -35,9 +44,15 @@ class StateRow:
     namespace: Any
     value: Any
     entries: list[Entry] | None = None
+    # A TTL state's timestamps (readers/ttl.py): an int (value), a list (ListState), map pairs
+    # (MapState); None: the state has no TTL, or the row's values are stamped with the write time.
+    ttl_timestamp: Any = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "namespace": self.namespace, "value": self.value}
+        row = {"key": self.key, "namespace": self.namespace, "value": self.value}
+        if self.ttl_timestamp is not None:
+            row[TTL_COLUMN] = self.ttl_timestamp
+        return row
 
 
 def _bytes_encoder(desc: TypeDescriptor, what: str, state: StateInfo) -> Callable[[Any], bytes]:
@@ -114,7 +129,15 @@ class EntryCodec:
         at = 0
         for record in decoded:
             n = len(record["value"]) if self.kind == "map" else 1
-            rows.append(StateRow(record["key"], record["namespace"], record["value"], list(entries[at : at + n])))
+            rows.append(
+                StateRow(
+                    record["key"],
+                    record["namespace"],
+                    record["value"],
+                    list(entries[at : at + n]),
+                    record.get(TTL_COLUMN),
+                )
+            )
             at += n
         if at != len(entries):
             raise UnsupportedError(
@@ -134,10 +157,10 @@ class EntryCodec:
         namespace_bytes = self.encoder("namespace")(namespace)
         return composite_key(key_group_prefix(key_group, self.prefix_bytes), key_bytes, namespace_bytes, self.ambiguous)
 
-    def entries(self, key_group: int, row: StateRow, original: StateRow | None = None) -> list[Entry]:
-        """The canonical entries of ``row``; TTL timestamps come from ``original`` (the row before
-        the edit) where it had the element, else the current time, as Flink stamps a write."""
-        now = int(time.time() * 1000).to_bytes(TTL_TIMESTAMP_BYTES, "big", signed=True)
+    def entries(self, key_group: int, row: StateRow) -> list[Entry]:
+        """The canonical entries of ``row``; TTL timestamps are the row's ``ttl_timestamp`` where it
+        gives one, else the current time, as Flink stamps a write (see the module's docstring)."""
+        now = int(time.time() * 1000)
         if self.kind == "timer":
             stamp = ((row.value + TIMER_TIMESTAMP_FLIP) & ((1 << 64) - 1)).to_bytes(8, "big")
             composite = self.composite_key(key_group, row.key, row.namespace)
@@ -145,11 +168,10 @@ class EntryCodec:
             # A timer's element is timestamp | key | namespace: the composite without the prefix.
             return [(prefix + stamp + composite[len(prefix) :], b"")]
         composite = self.composite_key(key_group, row.key, row.namespace)
-        old = original.entries if original is not None and original.entries else []
+        given = row.ttl_timestamp if self.ttl else None
         if self.kind == "value":
-            stamp = old[0][1][:TTL_TIMESTAMP_BYTES] if self.ttl and old else now
             payload = self.encoder("value")(row.value)
-            return [(composite, stamp + payload if self.ttl else payload)]
+            return [(composite, _stamp(given, now) + payload if self.ttl else payload)]
         if self.kind == "list":
             if not row.value:
                 return []  # Flink keeps no entry for an empty list
@@ -158,15 +180,16 @@ class EntryCodec:
                     f"list state {self.state.name!r} cannot hold a NULL element", state=self.state.name
                 )
             encode = self.encoder("element")
-            stamps = _list_stamps(old[0][1], self) if self.ttl and old else []
+            stamps = list(given or ())
             parts = []
             for i, element in enumerate(row.value):
                 payload = encode(element)
-                parts.append((stamps[i] if i < len(stamps) else now) + payload if self.ttl else payload)
+                parts.append(_stamp(stamps[i] if i < len(stamps) else None, now) + payload if self.ttl else payload)
             return [(composite, bytes([LIST_ELEMENT_DELIMITER]).join(parts))]
         # map: one entry per map entry, ordered by the user key's bytes as RocksDB orders them
         encode_key, encode_value = self.encoder("map key"), self.encoder("map value")
-        old_by_key = dict(old)
+        # Map keys as the ttl_timestamp column holds them (pairs; a dict once SQL built the map)
+        stamp_of = {_hashable(k): v for k, v in (given.items() if isinstance(given, dict) else given or ())}
         out = []
         for user_key, user_value in row.value:
             full_key = composite + encode_key(user_key)
@@ -175,21 +198,11 @@ class EntryCodec:
                 continue
             payload = encode_value(user_value)
             if self.ttl:
-                previous = old_by_key.get(full_key)
-                stamp = previous[1 : 1 + TTL_TIMESTAMP_BYTES] if previous and previous[:1] == MAP_VALUE_PRESENT else now
-                payload = stamp + payload
+                payload = _stamp(stamp_of.get(_hashable(user_key)), now) + payload
             out.append((full_key, MAP_VALUE_PRESENT + payload))
         return sorted(out)
 
 
-def _list_stamps(value: bytes, codec: EntryCodec) -> list[bytes]:
-    """The TTL timestamps of a stored list's elements, in order."""
-    from statecat.readers.decoders import build_decoder
-
-    decode = build_decoder(codec._descs["element"])
-    stamps, pos = [], 0
-    while pos < len(value):
-        stamps.append(value[pos : pos + TTL_TIMESTAMP_BYTES])
-        _, pos = decode(value, pos + TTL_TIMESTAMP_BYTES)
-        pos += 1  # the delimiter
-    return stamps
+def _stamp(timestamp: int | None, now: int) -> bytes:
+    """A TtlValue's timestamp as TtlSerializer writes it (i64, big-endian)."""
+    return (now if timestamp is None else timestamp).to_bytes(TTL_TIMESTAMP_BYTES, "big", signed=True)

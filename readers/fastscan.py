@@ -430,6 +430,8 @@ def ascii_string_column(
     """Java strings of ASCII characters as an Arrow column, and the position after each; (None,
     None) when some string needs the per-record decoders."""
     n = at.shape[0]
+    if n and bool((end < at).any()):  # damage: an entry ending before its string; the per-record decoders say where
+        return None, None
     room = int((end - at).sum()) if n else 0  # no string is longer than its entry
     wide = room >= 2**31
     offsets = np.empty(n + 1, dtype=np.int64 if wide else np.int32)

@@ -14,8 +14,8 @@ the states' serializer snapshots) but lays out each key-group differently (flink
 
 Values are the state serializer's whole output: a ListState value is ``ListSerializer`` (count +
 elements), a MapState value ``MapSerializer`` (count + key, null flag, value); TTL wraps values as
-``TtlSerializer`` (last access timestamp, user value). Timers are ``TimerSerializer`` elements
-(timestamp with its sign bit flipped, key, namespace). Nothing is length-framed: reaching one
+``TtlSerializer`` (last access timestamp, user value: the ``ttl_timestamp`` column, readers/ttl.py).
+Timers are ``TimerSerializer`` elements (timestamp with its sign bit flipped, key, namespace). Nothing is length-framed: reaching one
 state's section means decoding the sections written before it (uncompressed), or walking the
 snappy chunks to the next stream identifier (compressed).
 """
@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from statecat.readers.decoders import TIMER_TIMESTAMP_FLIP, DecodeError, build_decoder, build_key_decoder
 from statecat.readers.scan import DECODE_FAILURES, _hashable, decompress_snappy_framed
+from statecat.readers.ttl import heap_value_decoder, ttl_layout
 from statecat.statemeta.errors import FormatError, UnsupportedError
 from statecat.statemeta.headers import SNAPPY_STREAM_IDENTIFIER
 from statecat.statemeta.model import KeyedLocation, StateInfo
@@ -81,7 +82,11 @@ def _entry_decoder(state: StateInfo, unpickle: bool, *, output_keys: bool) -> De
             return (k, n, timestamp), pos
 
         return timer
-    value = build_decoder(state.value, unpickle=unpickle)
+    layout = ttl_layout(state)
+    if layout is None:
+        value = build_decoder(state.value, unpickle=unpickle)
+    else:  # TTL timestamps as (timestamp, value) pairs, as the scanner's other paths give them
+        value = heap_value_decoder(state, layout, unpickle=unpickle)
 
     def entry(buf: bytes, pos: int) -> tuple[tuple[Any, Any, Any], int]:
         n, pos = namespace(buf, pos)  # the namespace is written before the key

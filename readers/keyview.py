@@ -3,14 +3,16 @@ across every savepoint and checkpoint under a root.
 
     from statecat.readers import SavepointReader, key_history
 
-    view = SavepointReader(path).key("key_662")         # KeyView: rows (operator, state, namespace, value)
+    view = SavepointReader(path).key("key_662")         # KeyView: rows (operator, state, namespace, value, ttl_timestamp)
     view = SavepointReader(path).key(["a", 3])          # a composite key (SQL multi-field, Row, Tuple)
     for entry in key_history("/checkpoints/my-job", "key_662"):
         entry.path, entry.taken_at, entry.view.rows
 
 The key is coerced to each state's key type (text, a number, or a list/dict of fields for
 composite keys); a state whose key type it cannot be coerced to is skipped with the reason. Each
-state is read through its key's one key-group only.
+state is read through its key's one key-group only. A state with TTL gives its rows' last-access
+timestamps as ``ttl_timestamp`` (epoch ms, as the state's ``ttl_timestamp`` column: readers/ttl.py),
+so a key's history shows when each value was last written (or read) and so when it expires.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pyarrow.compute as pc
 
 from statecat.readers.keygroups import key_group_for
 from statecat.readers.scan import KeyedStateScanner, ReadStats, _hashable, scanner_for
+from statecat.readers.ttl import TTL_COLUMN
 from statecat.statemeta.errors import LookupFailedError, StatecatError, UnsupportedError, did_you_mean
 from statecat.statemeta.model import (
     KeyedLocation,
@@ -245,6 +248,8 @@ class KeyRow:
     key_group: int
     namespace: object
     value: object  # timers: the timestamp (ms)
+    # States with TTL: the last-access timestamp(s) in epoch ms (a list or map for List/MapState); else None
+    ttl_timestamp: object = None
 
     def as_dict(self) -> dict:
         return {
@@ -257,10 +262,22 @@ class KeyRow:
             "key_group": self.key_group,
             "namespace": self.namespace,
             "value": self.value,
+            "ttl_timestamp": self.ttl_timestamp,
         }
 
 
-KEY_VIEW_COLUMNS = ("operator", "operator_id", "state", "table", "kind", "key", "key_group", "namespace", "value")
+KEY_VIEW_COLUMNS = (
+    "operator",
+    "operator_id",
+    "state",
+    "table",
+    "kind",
+    "key",
+    "key_group",
+    "namespace",
+    "value",
+    "ttl_timestamp",
+)
 
 
 @dataclass(frozen=True)
@@ -432,6 +449,7 @@ def key_view(
                             group,
                             row["namespace"],
                             row["value"],
+                            row.get(TTL_COLUMN),
                         )
                     )
                 view.stats.rows += batch.num_rows

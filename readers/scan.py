@@ -33,6 +33,8 @@ from statecat.readers.fastscan import (
     plan_column,
     walk_key_group_all,
 )
+from statecat.readers.ttl import split as split_ttl
+from statecat.readers.ttl import stamped_decoder, ttl_layout
 from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
 from statecat.statemeta.headers import SNAPPY_STREAM_IDENTIFIER, open_stream
 from statecat.statemeta.metadata import InlineStream
@@ -196,6 +198,8 @@ class KeyedStateScanner:
         )
         self.stats = ReadStats()
         value = state.value
+        # TTL-wrapped values, elements or map values decode to (timestamp, value): _batch splits them.
+        self.ttl = ttl_layout(state)
         if state.kind == "timer" and value.kind == "raw":
             self.value_kind = "element"
         elif state.kind == "timer":
@@ -203,13 +207,20 @@ class KeyedStateScanner:
         elif state.state_type == "MAP" and value.kind == "map":
             self.value_kind = "map"
             self.user_key_decoder = self._decoder_or_none(value.child("key"), unpickle)
-            self.map_value_decoder = self._decoder_or_none(value.child("value"), unpickle)
+            self.map_value_decoder = (
+                stamped_decoder(value.child("value"), unpickle=unpickle)
+                if self.ttl
+                else self._decoder_or_none(value.child("value"), unpickle)
+            )
         elif state.state_type == "LIST" and value.kind == "list":
             self.value_kind = "list"
-            self.element_decoder = build_decoder(value.child("element"), unpickle=unpickle)
+            element = value.child("element")
+            self.element_decoder = (stamped_decoder if self.ttl else build_decoder)(element, unpickle=unpickle)
         else:
             self.value_kind = "value"
-            self.value_decoder = self._decoder_or_none(value, unpickle)
+            self.value_decoder = (
+                stamped_decoder(value, unpickle=unpickle) if self.ttl else self._decoder_or_none(value, unpickle)
+            )
         self.unpickle = unpickle
         self.heap: HeapKeyGroupDecoder | None = None
         if any(loc.layout == HEAP_CHECKPOINT_LAYOUT for loc in state.keyed_locations):
@@ -364,8 +375,11 @@ class KeyedStateScanner:
     def _batch(self, columns: tuple[list, list, list]) -> pa.RecordBatch:
         keys, namespaces, values = columns
         self.stats.rows += len(keys)
+        parts: list[list] = list(columns)
+        if self.ttl is not None:
+            parts[2:] = split_ttl(self.ttl, values)
         try:
-            arrays = [pa.array(col, type=f.type) for col, f in zip(columns, self.schema)]
+            arrays = [pa.array(col, type=f.type) for col, f in zip(parts, self.schema)]
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
             raise FormatError(
                 f"decoded values do not fit the state's type {self.schema}: {exc}",

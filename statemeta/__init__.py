@@ -13,7 +13,8 @@ What lives here, by job:
 * the model: ``model`` (StateMeta, operators, states, locations), ``types`` (portable type
   descriptors), ``naming`` (one stable name per state), ``descriptors`` (declared types for states
   whose bytes carry none), ``source_splits`` (FLIP-27 split types), ``classfile`` and ``classpath``
-  (a job's classes read as data, never loaded: the field layouts Kryo serializes);
+  (a job's classes read as data, never loaded), ``kryo`` (Kryo-serialized types typed from them)
+  and ``avro`` (flink-avro types from the writer schema in the serializer snapshot);
 * the snapshotter: ``stateinfo`` (StateMeta as a versioned JSON document, STATEINFO.md),
   ``watcher`` (``statecat watch``), ``discovery``, ``completeness`` and ``taken_at``;
 * shared by every layer: ``errors`` (one root exception, with file and offset), ``binary`` and

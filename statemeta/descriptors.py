@@ -26,6 +26,11 @@ for a ValueState holding a list); ``{"type": ..., "state": ...}`` is the long fo
 STATEINFO.md; coder byte layouts: readers/pyflink_coders.py. ``write_descriptor_file`` writes the
 file from the descriptor objects a PyFlink job already declares.
 
+A Java job's Kryo-serialized types are typed from its classes: ``"classpath": ["job.jar",
+"build/classes"]`` (paths relative to the file; ``--classpath`` on the command line adds to it)
+lists the JARs and class directories ``statemeta.kryo`` reads them from; a file may hold only
+that key.
+
 PyFlink's ``thread`` mode keeps its states under their real names, with Java serializers, except
 that TUPLE, ROW and PICKLED values are pickles in ``byte[]``: the same file declares those states
 by their real names, and ``with_pyflink_pickles`` marks (or, on the opt-in, unpickles) such byte
@@ -243,16 +248,26 @@ class Declared:
 @dataclass(frozen=True)
 class DescriptorSet:
     operators: dict[str, dict[str, Declared]]  # operator uid/name/id → declared state name → Declared
+    classpath: tuple[str, ...] = ()  # absolute paths of the job's JARs and class directories (Kryo types)
 
     def to_json(self) -> dict:
         ops = {
             op: {name: _declared_json(d) for name, d in sorted(states.items())}
             for op, states in sorted(self.operators.items())
         }
-        body = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "operators": ops}
+        body: dict[str, Any] = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "operators": ops}
+        hashed: Any = ops
+        if self.classpath:
+            body["classpath"] = list(self.classpath)
+            hashed = {"operators": ops, "classpath": list(self.classpath)}
         # Content hash, not a path: the same declarations give the same stateInfo wherever the file is.
-        body["sha256"] = hashlib.sha256(json.dumps(ops, sort_keys=True).encode()).hexdigest()
+        body["sha256"] = hashlib.sha256(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
         return body
+
+    def with_classpath(self, classpath: Sequence[str | os.PathLike[str]]) -> DescriptorSet:
+        """This set with more classpath entries (made absolute), e.g. from ``--classpath``."""
+        added = [os.path.abspath(os.fspath(entry)) for entry in classpath]
+        return replace(self, classpath=tuple(dict.fromkeys([*self.classpath, *added])))
 
     @property
     def digest(self) -> str:
@@ -281,13 +296,19 @@ def _state_and_type(text: str) -> tuple[CoderType, str]:
     return t, _default_state_type(t)
 
 
-def parse_descriptors(doc: dict, where: str = "descriptor file") -> DescriptorSet:
+def parse_descriptors(doc: dict, where: str = "descriptor file", base_dir: str | None = None) -> DescriptorSet:
+    """``base_dir``: what relative ``classpath`` entries are relative to (the file's directory)."""
+    if isinstance(doc, dict) and "operators" not in doc and "classpath" in doc:
+        doc = {**doc, "operators": {}}
     if not isinstance(doc, dict) or not isinstance(doc.get("operators"), dict):
         raise FormatError(
-            'a descriptor file is a JSON object with an "operators" object',
+            'a descriptor file is a JSON object with an "operators" object (or a "classpath" list)',
             file=where,
             hint="See STATEINFO.md, section 'Descriptor files'",
         )
+    classpath = doc.get("classpath", [])
+    if not isinstance(classpath, list) or not all(isinstance(e, str) and e for e in classpath):
+        raise FormatError('"classpath": expected a list of JAR or class directory paths', file=where)
     if doc.get("format", FORMAT_NAME) != FORMAT_NAME or doc.get("version", FORMAT_VERSION) != FORMAT_VERSION:
         raise FormatError(
             f"descriptor file format {doc.get('format')!r} version {doc.get('version')!r}; "
@@ -320,7 +341,8 @@ def parse_descriptors(doc: dict, where: str = "descriptor file") -> DescriptorSe
                 ) from None
             out[str(name)] = Declared(t, state_type)
         operators[str(op)] = out
-    return DescriptorSet(operators)
+    base = base_dir or os.getcwd()
+    return DescriptorSet(operators).with_classpath([os.path.join(base, entry) for entry in classpath])
 
 
 def load_descriptors(path: str | os.PathLike) -> DescriptorSet:
@@ -332,7 +354,7 @@ def load_descriptors(path: str | os.PathLike) -> DescriptorSet:
         raise LookupFailedError("no such descriptor file", file=path) from None
     except (OSError, ValueError) as exc:
         raise FormatError(f"cannot read the descriptor file: {exc}", file=path) from None
-    return parse_descriptors(doc, path)
+    return parse_descriptors(doc, path, os.path.dirname(os.path.abspath(path)))
 
 
 def as_descriptor_set(descriptors: DescriptorSource) -> DescriptorSet:
@@ -408,7 +430,22 @@ def apply_descriptors(meta: StateMeta, descriptors: DescriptorSource) -> StateMe
             )
         states.sort(key=lambda s: (STATE_KINDS.index(s.kind), s.name))
         operators.append(replace(op, states=tuple(states)))
-    return StateMeta(meta.storage, meta.metadata, tuple(operators))
+    meta = StateMeta(meta.storage, meta.metadata, tuple(operators))
+    if dset.classpath:
+        from statecat.statemeta.kryo import apply_classpath
+
+        meta = apply_classpath(meta, dset.classpath)
+    return meta
+
+
+def with_classpath(
+    descriptors: DescriptorSource | None, classpath: Sequence[str | os.PathLike[str]] | None
+) -> DescriptorSource | None:
+    """Descriptors with a classpath added (``--classpath``): a DescriptorSet, or ``descriptors`` itself without one."""
+    if not classpath:
+        return descriptors
+    base = as_descriptor_set(descriptors) if descriptors is not None else DescriptorSet({})
+    return base.with_classpath(classpath)
 
 
 def _declared_state(op: OperatorMeta, state: StateInfo, new_name: str, declared: Declared, source: str) -> StateInfo:

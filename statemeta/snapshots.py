@@ -9,9 +9,11 @@ class name as the reason.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, cast
 
+from statecat.statemeta.avro import AVRO_SNAPSHOT, avro_snapshot
 from statecat.statemeta.binary import DataInput
 from statecat.statemeta.errors import FormatError, StatecatError
 from statecat.statemeta.javaser import java_list, parse_java_object
@@ -91,6 +93,7 @@ SIMPLE_SNAPSHOTS: dict[str, str] = {
     "org.apache.flink.table.runtime.operators.window.CountWindow$Serializer$CountWindowSerializerSnapshot": "count_window",
     TABLE + "StringDataSerializer$StringDataSerializerSnapshot": "string_data",
     "org.apache.flink.table.dataview.NullSerializer$NullSerializerSnapshot": "void",
+    RUNTIME + "Tuple0SerializerSnapshot": "tuple0",
 }
 
 PRIMITIVE_ARRAY_SNAPSHOTS: dict[str, str] = {
@@ -258,8 +261,11 @@ class SnapshotReader:
         self.data.skip(consumed)
         return obj
 
-    def optional_map(self, read_value: Callable[[DataInput], object] | None) -> list[tuple[str, object]]:
-        """Flink's LinkedOptionalMap block: named entries with framed key and value bytes."""
+    def optional_map(
+        self, read_value: Callable[[DataInput], object] | None, *, partial: bool = False
+    ) -> list[tuple[str, object]]:
+        """Flink's LinkedOptionalMap block: named entries with framed key and value bytes.
+        ``partial``: ``read_value`` may read only the start of a value; the rest is skipped."""
         data = self.data
         at = data.offset
         magic = data.read_i64()
@@ -280,6 +286,8 @@ class SnapshotReader:
                     data.skip(length)
                 else:
                     value = read_value(data)
+                    if partial and data.offset <= end:
+                        data.skip(end - data.offset)
                     if data.offset != end:
                         raise data.error(
                             f"the framed value of {name!r} to end at offset {end}", f"offset {data.offset}"
@@ -425,7 +433,7 @@ def _pojo(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     pojo_class = data.read_utf()
     fields = reader.optional_map(lambda d: reader.versioned())
     registered = reader.optional_map(lambda d: reader.versioned())
-    reader.optional_map(lambda d: reader.versioned())  # non-registered subclasses
+    unregistered = reader.optional_map(lambda d: reader.versioned())  # subclasses met at run time
     attrs: dict[str, Any] = {"class": pojo_class}
     if registered:
         attrs["registered_subclasses"] = [n for n, _ in registered]
@@ -433,15 +441,63 @@ def _pojo(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     if missing:
         return TypeDescriptor.raw(name, f"POJO {pojo_class} has fields whose class is gone: {', '.join(missing)}")
     # Every field's type was read by versioned(): none is missing (checked above).
-    return TypeDescriptor.of("pojo", [(n, cast(TypeDescriptor, t)) for n, t in fields], **attrs)
+    columns = [(n, cast(TypeDescriptor, t)) for n, t in fields]
+    subclasses = [
+        (sub, tag if tag < len(registered) else None, t)
+        for tag, (sub, t) in enumerate([*registered, *unregistered])
+        if isinstance(t, TypeDescriptor)
+    ]
+    if subclasses:
+        # Instances of subclasses are written by their own serializer after a tag or their class
+        # name: the column holds the POJO's fields, then the fields only subclasses have.
+        attrs["base_fields"] = len(columns)
+        attrs["subclasses"] = json.dumps([[sub, tag, t.to_json()] for sub, tag, t in subclasses])
+        names = {n for n, _ in columns}
+        for _, _, t in subclasses:
+            for n, field_type in t.fields if t.kind == "pojo" else ():
+                if n not in names:
+                    names.add(n)
+                    columns.append((n, field_type))
+    return TypeDescriptor.of("pojo", columns, **attrs)
 
 
 def _kryo(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    # KryoSerializerSnapshotData: the type, then the job's registrations, default serializers and
+    # default serializer classes (each a LinkedOptionalMap keyed by class name). The registrations'
+    # order gives their Kryo ids; a class with a serializer of its own stays bytes (statemeta.kryo).
+    from statecat.statemeta.kryo import kryo_reason
+
     data = reader.data
     type_class = data.read_utf()
-    for _ in range(3):  # registrations, default serializers, default serializer classes
-        reader.optional_map(None)
-    return TypeDescriptor.raw(name, f"Kryo-serialized {type_class}; Kryo bytes carry no schema")
+    registrations = reader.optional_map(_kryo_registration, partial=True)
+    defaults = [n for n, _ in reader.optional_map(None)] + [n for n, _ in reader.optional_map(None)]
+    return TypeDescriptor.of(
+        "raw",
+        serializer=name,
+        reason=kryo_reason(type_class),
+        kryo_class=type_class,
+        # (class, its custom serializer or "") in registration order: ids are assigned in this order
+        kryo_registrations=tuple((n, s if isinstance(s, str) else "") for n, s in registrations),
+        kryo_defaults=tuple(defaults) or None,
+    )
+
+
+# KryoRegistration.SerializerDefinitionType, as KryoRegistrationSerializerConfigSnapshot writes it.
+KRYO_UNSPECIFIED, KRYO_SERIALIZER_CLASS, KRYO_SERIALIZER_INSTANCE = 0, 1, 2
+
+
+def _kryo_registration(data: DataInput) -> str:
+    """A registration's serializer: "" for Kryo's default, else the serializer's class."""
+    data.read_utf()  # the registered class (the entry's name)
+    at = data.offset
+    definition = data.read_i32()
+    if definition == KRYO_UNSPECIFIED:
+        return ""
+    if definition == KRYO_SERIALIZER_CLASS:
+        return data.read_utf()
+    if definition == KRYO_SERIALIZER_INSTANCE:
+        return "a serializer instance"  # Java-serialized: the rest of the framed value, skipped
+    raise data.error("a Kryo serializer definition type 0, 1 or 2", str(definition), offset=at)
 
 
 COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor]] = {
@@ -469,6 +525,7 @@ COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor
     TABLE + "ArrayDataSerializer$ArrayDataSerializerSnapshot": _array_data,
     TABLE + "MapDataSerializer$MapDataSerializerSnapshot": _map_data,
     TABLE + "LinkedListSerializer$LinkedListSerializerSnapshot": _list,
+    AVRO_SNAPSHOT: avro_snapshot,  # flink-avro's AvroSerializer: typed by its writer schema
 }
 
 

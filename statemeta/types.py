@@ -10,6 +10,7 @@ and give the Spark SQL type of the column they become.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,7 @@ SCALAR_SQL_TYPES = {
     "string": "STRING",
     "bytes": "BINARY",
     "void": "STRING",
+    "tuple0": "STRING",
     "void_namespace": "STRING",
     "global_window": "STRING",
     # Arbitrary precision: a decimal column could overflow, text never does.
@@ -130,7 +132,11 @@ class TypeDescriptor:
             return f"DECIMAL({self.attr('precision')},{self.attr('scale')})"
         if kind == "timestamp_data":
             return "TIMESTAMP_NTZ"
-        if kind in ("nullable", "ttl", "external", "raw_value", "pyflink"):
+        if kind in ("nullable", "ttl", "external", "raw_value", "pyflink", "kryo"):
+            return self.fields[0][1].sql_type()
+        if kind == "kryo_any":
+            return "STRING"
+        if kind == "avro":  # the column type of the writer schema (statemeta.avro.column_type)
             return self.fields[0][1].sql_type()
         if kind in ("list", "primitive_array", "string_array", "generic_array", "ARRAY", "array_data"):
             return f"ARRAY<{self.fields[0][1].sql_type()}>"
@@ -156,10 +162,16 @@ class TypeDescriptor:
             return f"RAW({self.attr('serializer')})"
         if kind in ("nullable", "external", "raw_value"):
             return self.fields[0][1].describe()
+        if kind == "kryo":
+            return f"KRYO<{self.fields[0][1].describe()}>"
+        if kind == "kryo_any":
+            return f"ANY {self.attr('java')}"
         if kind == "pyflink":  # PyFlink coder bytes of a declared type (descriptor file)
             return self.attr("coder") if self.attr("layout") != "bag_all" else f"LIST<{self.attr('coder')}>"
         if kind == "ttl":
             return f"TTL<{self.fields[0][1].describe()}>"
+        if kind == "avro":
+            return f"AVRO {self.attr('record') or self.fields[0][1].describe()}"
         if kind in ("decimal_data", "DECIMAL"):
             return f"DECIMAL({self.attr('precision')}, {self.attr('scale')})"
         if kind == "timestamp_data":
@@ -224,6 +236,7 @@ _FIXED_LENGTHS = {
     "double": 8,
     "char": 2,
     "void": 1,
+    "tuple0": 1,
     "void_namespace": 1,
     "global_window": 1,
     "time_window": 16,
@@ -272,8 +285,14 @@ def collapse_raw(desc: TypeDescriptor) -> TypeDescriptor:
         return TypeDescriptor(desc.kind, tuple((n, collapse_raw(t)) for n, t in desc.fields), desc.attrs)
     reasons = desc.raw_reasons()
     if reasons:
-        return TypeDescriptor.raw(desc.describe(), "; ".join(reasons))
+        # With Kryo parts inside, the job's classes may type it later (statemeta.kryo.resolve_kryo).
+        uncollapsed = json.dumps(desc.to_json()) if _has_kryo(desc) else None
+        return TypeDescriptor.of("raw", serializer=desc.describe(), reason="; ".join(reasons), uncollapsed=uncollapsed)
     return desc
+
+
+def _has_kryo(desc: TypeDescriptor) -> bool:
+    return (desc.kind == "raw" and desc.attr("kryo_class") is not None) or any(_has_kryo(t) for _, t in desc.fields)
 
 
 def key_column_type(key: TypeDescriptor) -> TypeDescriptor:

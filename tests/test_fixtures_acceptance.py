@@ -6,9 +6,17 @@ import pytest
 
 from tests.acceptance import check_inspect, check_key_groups, check_state_rows
 from tests.fixtures.expected import CASES, case_dir, iter_states, load_expected
+from tests.fixtures.matrix_kinds import READER_GAPS as MATRIX_READER_GAPS
+
+
+def _gap_marks(case, state_name):
+    # the Java type matrix's known reader gaps (matrix_kinds.READER_GAPS): strict xfails
+    gap = MATRIX_READER_GAPS.get(state_name) if case.startswith("java_type_matrix_") else None
+    return [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
+
 
 STATE_CASES = [
-    pytest.param(case, op, state, id=f"{case}:{state['name']}")
+    pytest.param(case, op, state, id=f"{case}:{state['name']}", marks=_gap_marks(case, state["name"]))
     for case in CASES
     for op, state in iter_states(load_expected(case))
 ]

@@ -370,7 +370,7 @@ def test_unframed_undecodable_state_is_unsupported_not_misread():
 def test_ttl_wrapped_values_decode_to_the_user_value(tmp_path):
     """State TTL stores each value as TtlSerializer writes it (CompositeSerializer: i64 last access
     timestamp, then the user value). The GROUP BY checkpoint's accState rewritten that way (this
-    test's own rewrite of the real bytes) reads back as the plain values."""
+    test's own rewrite of the real bytes) reads back as the plain values with their timestamps."""
     from statecat.statemeta.types import TypeDescriptor
 
     meta, handle, new, path, data = _file_backed(tmp_path)
@@ -406,7 +406,8 @@ def test_ttl_wrapped_values_decode_to_the_user_value(tmp_path):
         ops.append(dataclasses.replace(op, states=states))
     ttl_meta = dataclasses.replace(moved, operators=tuple(ops))
     plain = SavepointReader(meta).table("accState", subtasks={0}).to_pylist()
-    assert plain and SavepointReader(ttl_meta).table("accState", subtasks={0}).to_pylist() == plain
+    stamped = [{**row, "ttl_timestamp": 1_700_000_000_000} for row in plain]  # the timestamp as a column
+    assert plain and SavepointReader(ttl_meta).table("accState", subtasks={0}).to_pylist() == stamped
 
 
 # --------------------------------------------------------------------------- file merging (live Flink)

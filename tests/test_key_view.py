@@ -77,6 +77,11 @@ def assert_view_matches(case: str, key) -> None:
     for (op_id, name), rows in got.items():
         expected_rows = want[(op_id, name)]
         assert all(r["key"] == key for r in rows)
+        if states[name].get("serializer") == "kryo":
+            # Kryo without the job's classes (tests/test_kryo_state.py reads it with them): bytes.
+            assert len(rows) == len(expected_rows), (case, name)
+            assert all('"hex"' in json.dumps(r["value"]) for r in rows), (case, name)
+            continue
         if name.startswith(PYFLINK_PROCESS_PREFIX):
             # PyFlink coder bytes without descriptors: the entries are there, their values are bytes.
             assert len(rows) == len(expected_rows), (case, name)

@@ -47,14 +47,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_home_argument(parser)
 
 
-def check_attach_arguments(roots: list[str], descriptors: str | None) -> None:
-    """What attaching would refuse, refused before Spark starts: a bad descriptor file, a local root
-    that does not exist or holds no savepoint. (A URI root is listed once, by the attach itself.)"""
+def check_attach_arguments(roots: list[str], descriptors: str | None, classpath: list[str] | None = None) -> None:
+    """What attaching would refuse, refused before Spark starts: a bad descriptor file, a missing
+    classpath entry, a local root that does not exist or holds no savepoint. (A URI root is listed
+    once, by the attach itself.)"""
     from statecat.catalog.spark.databases import savepoints_under
+    from statecat.statemeta.classpath import ClassPath
     from statecat.statemeta.descriptors import load_descriptors
 
     if descriptors:
         load_descriptors(os.path.abspath(descriptors))
+    if classpath:
+        ClassPath([os.path.abspath(entry) for entry in classpath]).close()
     for root in roots:
         if "://" not in root:
             savepoints_under(root)
@@ -71,10 +75,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if not args.roots:
         raise LookupFailedError("nothing to attach", hint="statecat attach ROOT..., or statecat attach --lake LAKE")
-    check_attach_arguments(args.roots, args.descriptors)
+    check_attach_arguments(args.roots, args.descriptors, args.classpath)
     spark = cli_session(args.home)
-    if args.descriptors:
-        result = attach_with_descriptors(spark, args.roots, args.descriptors)
+    if args.descriptors or args.classpath:
+        result = attach_with_descriptors(spark, args.roots, args.descriptors, args.classpath or ())
     else:
         result = attach(spark, args.roots, eager=args.eager)
     out = sys.stdout
@@ -97,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
 def _attach_lake(args: argparse.Namespace) -> int:
     from statecat.catalog.spark.lakes import attach_lake, check_lake, lake_database_name, normalise_lake
 
-    if args.roots or args.descriptors or args.eager is not None:
+    if args.roots or args.descriptors or args.classpath or args.eager is not None:
         raise LookupFailedError(
             "--lake attaches a lake alone", hint="Attach savepoints and lakes with separate `statecat attach` commands"
         )

@@ -2,7 +2,9 @@
 
 Streams: keyed states are compared key-group by key-group (same max parallelism, any parallelism).
 States that cannot be compared (another max parallelism, a changed type) are reported with the
-reason, as are states in one savepoint only."""
+reason, as are states in one savepoint only. States with TTL add the old and new last-access
+timestamps to their changes (CSV: two more columns when a compared state has TTL) and count the
+keys whose value is equal but whose timestamp moved as unchanged ("restamped", readers/diff.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from statecat.catalog.cli.output import cell, write_table
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader, diff_savepoints
 from statecat.readers.diff import COMPARED, NOT_COMPARED, ONLY_IN_A, ONLY_IN_B
+from statecat.readers.ttl import ttl_layout
 
 CHANGE_COLUMNS = ["operator", "state", "change", "key", "namespace", "old", "new", "reason"]
 SUMMARY_COLUMNS = ["operator", "state", "status", "added", "removed", "changed", "unchanged", "reason"]
@@ -73,7 +76,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.format == "csv":
         writer = csv.writer(out)
-        writer.writerow(CHANGE_COLUMNS)
+        ttl = any(
+            ttl_layout(side[1]) is not None
+            for entry in diff.states
+            if entry.status == COMPARED
+            for side in (entry.a, entry.b)
+            if side is not None
+        )
+        extra = ["old_ttl_timestamp", "new_ttl_timestamp"] if ttl else []
+        writer.writerow(CHANGE_COLUMNS + extra)
         for change in changes:
             writer.writerow(
                 [
@@ -89,10 +100,13 @@ def run(args: argparse.Namespace) -> int:
                     )
                 ]
                 + [""]
+                + ([cell(change.old_ttl_timestamp), cell(change.new_ttl_timestamp)] if ttl else [])
             )
         for entry in diff.summary():
             if entry.status != COMPARED:
-                writer.writerow([entry.operator, entry.state, entry.status, "", "", "", "", entry.reason])
+                writer.writerow(
+                    [entry.operator, entry.state, entry.status, "", "", "", "", entry.reason] + [""] * len(extra)
+                )
         return 0
     for change in changes:
         cells = [change.change, change.state, _short(change.key), _short(change.namespace)]
@@ -100,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
             cells.append(f"{_short(change.old)} -> {_short(change.new)}")
         else:
             cells.append(_short(change.new if change.change == "added" else change.old))
+        if change.old_ttl_timestamp is not None or change.new_ttl_timestamp is not None:
+            cells.append(f"(ttl_timestamp {_short(change.old_ttl_timestamp)} -> {_short(change.new_ttl_timestamp)})")
         out.write("  ".join(cells) + "\n")
     summary = diff.summary()
     write_table(
@@ -123,10 +139,11 @@ def run(args: argparse.Namespace) -> int:
         if entry.status == NOT_COMPARED:
             out.write(f"not compared: {entry.state!r} of {entry.operator}: {entry.reason}\n")
     totals = diff.totals()
+    restamped = f" ({totals['restamped']} with only a new TTL timestamp)" if totals["restamped"] else ""
     one_side = sum(e.status in (ONLY_IN_A, ONLY_IN_B) for e in summary)
     out.write(
         f"{totals['added']} added, {totals['removed']} removed, {totals['changed']} changed, "
-        f"{totals['unchanged']} unchanged; {sum(e.status == NOT_COMPARED for e in summary)} states not "
+        f"{totals['unchanged']} unchanged{restamped}; {sum(e.status == NOT_COMPARED for e in summary)} states not "
         f"compared, {one_side} in one savepoint only\n"
     )
     return 0

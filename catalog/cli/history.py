@@ -62,6 +62,9 @@ def run(args: argparse.Namespace) -> int:
         )
         out.write("\n")
         return 0
+    # A ttl_timestamp column only where a state with TTL holds K (readers/ttl.py), as `statecat key`.
+    ttl = any(r.ttl_timestamp is not None for e in entries if e.view is not None for r in e.view.rows)
+    columns = COLUMNS + ["ttl_timestamp"] if ttl else COLUMNS
     rows = []
     for entry in entries:
         head = [
@@ -82,13 +85,18 @@ def run(args: argparse.Namespace) -> int:
                 absent = ABSENT if view.coercible else f"(the key fits no state here: {'; '.join(reasons)})"
                 rows.append(head + ["", "", "", absent])
         else:
-            rows += [head + [cell(v) for v in (r.operator, r.state, r.namespace, r.value)] for r in view.rows]
+            rows += [
+                head
+                + [cell(v) for v in (r.operator, r.state, r.namespace, r.value)]
+                + ([cell(r.ttl_timestamp)] if ttl else [])
+                for r in view.rows
+            ]
     if args.format == "csv":
         writer = csv.writer(out)
-        writer.writerow(COLUMNS)
+        writer.writerow(columns)
         writer.writerows(rows)
     else:
-        write_table(out, COLUMNS, rows)
+        write_table(out, columns, rows)
     views = [e.view for e in entries if e.view is not None]
     if views and not any(v.rows for v in views):  # never a silent empty answer (CSV: header only)
         nearby = next((v.nearby_keys for v in reversed(views) if v.nearby_keys), [])

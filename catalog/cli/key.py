@@ -38,6 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     reader = SavepointReader(args.path, unpickle=args.unpickle, descriptors=descriptors_of(args))
     view = reader.key(args.key, operators=args.operator, states=args.state)
+    warn_kryo(reader, {(row.operator, row.state) for row in view.rows})
     out = sys.stdout
     if args.format == "json":
         json.dump(
@@ -53,20 +54,40 @@ def run(args: argparse.Namespace) -> int:
         )
         out.write("\n")
         return 0
-    rows = [[cell(v) for v in (row.operator, row.state, row.namespace, row.value)] for row in view.rows]
+    # A ttl_timestamp column only where some state with TTL holds K: other keys' output keeps its columns.
+    ttl = any(row.ttl_timestamp is not None for row in view.rows)
+    columns = COLUMNS + ["ttl_timestamp"] if ttl else COLUMNS
+    rows = [
+        [cell(v) for v in (row.operator, row.state, row.namespace, row.value) + ((row.ttl_timestamp,) if ttl else ())]
+        for row in view.rows
+    ]
     if args.format == "csv":
         writer = csv.writer(out)
-        writer.writerow(COLUMNS)
+        writer.writerow(columns)
         writer.writerows(rows)
         notes = sys.stderr
     else:
-        write_table(out, COLUMNS, rows)
+        write_table(out, columns, rows)
         notes = out
     for skipped in view.skipped:
         notes.write(f"skipped {skipped.state!r} of {skipped.operator}: {skipped.reason}\n")
     if not rows:
         write_absent_key(notes, args.key, view.nearby_keys, counted=args.format == "table")
     return 0
+
+
+def warn_kryo(reader: SavepointReader, shown: set[tuple[str, str]]) -> None:
+    """Says once on stderr why Kryo values in the view print as bytes (no --classpath)."""
+    from statecat.statemeta.kryo import kryo_notes
+
+    said: set[str] = set()
+    for op in reader.meta.operators:
+        for state in op.states:
+            if (op.label, state.name) in shown or (op.id, state.name) in shown:
+                for note in kryo_notes(state):
+                    if note not in said:
+                        said.add(note)
+                        sys.stderr.write(f"statecat: {state.name}: shown as bytes: {note}\n")
 
 
 def write_absent_key(

@@ -32,6 +32,19 @@ def add_descriptors_argument(parser: argparse.ArgumentParser) -> None:
         help="descriptor file declaring PyFlink state types (STATEINFO.md), applied in memory: "
         "nothing is written next to the savepoint",
     )
+    add_classpath_argument(parser)
+
+
+def add_classpath_argument(parser: argparse.ArgumentParser, attached: bool = False) -> None:
+    """``--classpath JAR|DIR`` (repeatable): the job's classes, read as data to type its Kryo state."""
+    parser.add_argument(
+        "--classpath",
+        action="append",
+        metavar="JAR|DIR",
+        help="the job's JAR or class directory (repeatable): its class files (read, never loaded) type the "
+        "Kryo-serialized state"
+        + ("; the tables keep the paths and read them whenever they are queried" if attached else ""),
+    )
 
 
 def add_attach_descriptors_argument(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +56,7 @@ def add_attach_descriptors_argument(parser: argparse.ArgumentParser) -> None:
         "created now with the declared tables, which keep the file's path and apply it "
         "whenever they are read (nothing is written next to the savepoints)",
     )
+    add_classpath_argument(parser, attached=True)
 
 
 def add_unpickle_argument(parser: argparse.ArgumentParser) -> None:
@@ -79,12 +93,24 @@ def key_argument(text: str) -> object:
 
 
 def descriptors_of(args: argparse.Namespace) -> DescriptorSet | None:
-    """The parsed ``--descriptors`` file (a bad file fails here, before any savepoint is read), or None."""
-    if not getattr(args, "descriptors", None):
-        return None
-    from statecat.statemeta.descriptors import load_descriptors
+    """The parsed ``--descriptors`` file with the ``--classpath`` entries (a bad file or a missing
+    entry fails here, before any savepoint is read), or None when neither is given."""
+    from statecat.statemeta.descriptors import DescriptorSet, load_descriptors
 
-    return load_descriptors(args.descriptors)
+    classpath = classpath_of(args)
+    if not getattr(args, "descriptors", None):
+        return DescriptorSet({}).with_classpath(classpath) if classpath else None
+    return load_descriptors(args.descriptors).with_classpath(classpath)
+
+
+def classpath_of(args: argparse.Namespace) -> list[str]:
+    """``--classpath`` entries as absolute paths, each checked to be a JAR or a class directory."""
+    entries = [os.path.abspath(entry) for entry in getattr(args, "classpath", None) or ()]
+    if entries:
+        from statecat.statemeta.classpath import ClassPath
+
+        ClassPath(entries).close()  # a missing or unreadable entry fails now, naming it
+    return entries
 
 
 def cli_session(home: str | None) -> SparkSession:

@@ -65,15 +65,15 @@ def row_limit(text: str) -> int:
 def run(args: argparse.Namespace) -> int:
     from statecat.catalog.cli.attach import check_attach_arguments
 
-    if args.descriptors and not args.attach:
+    if (args.descriptors or args.classpath) and not args.attach:
+        option = "--descriptors" if args.descriptors else "--classpath"
         raise LookupFailedError(
-            "--descriptors applies to the savepoints --attach ROOT names",
-            hint='statecat sql --attach ROOT --descriptors FILE "QUERY" (or `statecat attach '
-            "ROOT --descriptors FILE` once)",
+            f"{option} applies to the savepoints --attach ROOT names",
+            hint=f'statecat sql --attach ROOT {option} ... "QUERY" (or `statecat attach ROOT {option} ...` once)',
         )
     if not args.query.strip():
         raise LookupFailedError("the query is empty", hint='statecat sql "SELECT * FROM statecat.savepoints"')
-    check_attach_arguments(args.attach, args.descriptors)
+    check_attach_arguments(args.attach, args.descriptors, args.classpath)
     if not args.local:
         from statecat.catalog.servers.home_server import connect, ensure_server, server_home
 
@@ -105,10 +105,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _answer(spark: SparkSession, args: argparse.Namespace) -> int:
     from statecat.catalog.spark.databases import attach, attach_with_descriptors
-    from statecat.catalog.spark.queries import sql
+    from statecat.catalog.spark.queries import kryo_notes, sql
 
-    if args.attach and args.descriptors:
-        attach_with_descriptors(spark, args.attach, args.descriptors)
+    if args.attach and (args.descriptors or args.classpath):
+        attach_with_descriptors(spark, args.attach, args.descriptors, args.classpath or ())
     elif args.attach:
         attach(spark, args.attach)
     # Errors Spark raises (a query it rejects, a damaged savepoint) print as one line: see cli/__init__.py.
@@ -117,4 +117,6 @@ def _answer(spark: SparkSession, args: argparse.Namespace) -> int:
     rows = frame.limit(args.limit).collect() if args.limit is not None else frame.collect()
     values = [[json_value(row[i]) for i in range(len(columns))] for row in rows]
     write_rows(sys.stdout, args.format, columns, values)
+    for note in kryo_notes(spark, args.query):
+        sys.stderr.write(f"statecat: {note}\n")
     return 0

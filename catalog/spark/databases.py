@@ -20,7 +20,7 @@ import datetime as dt
 import logging
 import os
 import posixpath
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -178,14 +178,18 @@ def savepoints_under(root: str | os.PathLike[str]) -> tuple[str, list[str]]:
     return root, paths
 
 
-def materialise(spark: SparkSession, database: str, path: str, descriptors: str | None = None) -> list[str]:
+def materialise(
+    spark: SparkSession, database: str, path: str, descriptors: str | None = None, classpath: Sequence[str] = ()
+) -> list[str]:
     """Creates the savepoint's database and its tables (those missing); returns the table names.
 
-    ``descriptors`` (a descriptor file's absolute path) is applied to the StateMeta and kept in every
-    table's reference, so that the Spark workers reading the table apply it too."""
+    ``descriptors`` (a descriptor file's absolute path) and ``classpath`` (the job's JARs and class
+    directories, absolute) are applied to the StateMeta and kept in every table's reference, so
+    that the Spark workers reading the table apply them too."""
+    from statecat.statemeta.descriptors import with_classpath
     from statecat.statemeta.model import load_state_meta
 
-    meta = load_state_meta(path, descriptors=descriptors)
+    meta = load_state_meta(path, descriptors=with_classpath(descriptors, classpath))
     comment = _sql_string(f"Flink savepoint {path} (checkpoint {meta.checkpoint_id})")
     spark.sql(
         f"CREATE DATABASE IF NOT EXISTS `{database}` COMMENT {comment} "
@@ -193,7 +197,7 @@ def materialise(spark: SparkSession, database: str, path: str, descriptors: str 
     )
     existing = {t.name for t in spark.catalog.listTables(database)}
     names = []
-    for table in savepoint_tables(meta, descriptors):
+    for table in savepoint_tables(meta, descriptors, tuple(classpath)):
         if table.name not in existing:
             try:
                 schema = spark_schema(table.ref, meta)
@@ -207,23 +211,29 @@ def materialise(spark: SparkSession, database: str, path: str, descriptors: str 
 
 
 def attach_with_descriptors(
-    spark: SparkSession, roots: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], descriptors: str
+    spark: SparkSession,
+    roots: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+    descriptors: str | None,
+    classpath: Sequence[str] = (),
 ) -> AttachResult:
-    """``attach`` with a descriptor file: each savepoint's database and tables come from its StateMeta
-    with the file applied, and every table's TableRef carries the file's absolute path, so the Spark
-    workers that read the table apply it too. Tables that already exist are kept as they are
-    (`statecat detach` first to re-create a database with other declarations)."""
+    """``attach`` with a descriptor file and/or the job's classpath: each savepoint's database and
+    tables come from its StateMeta with them applied, and every table's TableRef carries the file's
+    absolute path and the classpath, so the Spark workers that read the table apply them too.
+    Tables that already exist are kept as they are (`statecat detach` first to re-create a database
+    with other declarations)."""
     from statecat.statemeta.descriptors import load_descriptors
 
-    path = os.path.abspath(descriptors)
-    load_descriptors(path)  # a bad file fails before anything is registered
+    path = os.path.abspath(descriptors) if descriptors else None
+    if path is not None:
+        load_descriptors(path)  # a bad file fails before anything is registered
+    classpath = [os.path.abspath(entry) for entry in classpath]
     result = attach(spark, roots, eager=False)
     wanted = {r.database for r in result.registered} | set(result.known)
     for record in registry_records(spark):
         if record.database not in wanted:
             continue
         try:
-            materialise(spark, record.database, record.path, path)
+            materialise(spark, record.database, record.path, path, classpath)
             result.materialised.append(record.database)
         except StatecatError as exc:
             result.failed.append((record.path, str(exc)))

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-COLUMNS = ("key", "namespace", "value", "subtask")
+COLUMNS = ("key", "namespace", "value", "ttl_timestamp", "subtask")  # ttl_timestamp: states with TTL
 KEYED_KINDS = ("keyed", "timer")
 OPERATOR_KINDS = ("operator_list", "union", "broadcast", "coordinator")
 STATEMENT_KINDS = ("UPDATE", "DELETE", "INSERT")
@@ -392,7 +392,6 @@ class SqlEditor:
 
     def edit(self, operator: OperatorMeta, key_group: int, entries: dict[str, list[Entry]]) -> dict[str, list[Entry]]:
         rows_by_state: dict[str, list[StateRow]] = {}
-        originals: dict[str, dict[tuple, StateRow]] = {}
         deleted_keys: set[Any] = set()
         for statement in self.statements:
             if statement.table.operator.id != operator.id or statement.table.state.kind not in KEYED_KINDS:
@@ -402,7 +401,6 @@ class SqlEditor:
             if state.name not in rows_by_state:
                 rows = codec.rows(key_group, entries.get(state.name, []))
                 rows_by_state[state.name] = rows
-                originals[state.name] = {_identity(r): r for r in rows}
             rows_by_state[state.name] = self._apply(
                 statement, codec, key_group, rows_by_state[state.name], deleted_keys
             )
@@ -414,7 +412,7 @@ class SqlEditor:
                 if row.entries is not None:
                     new_entries += row.entries
                 else:
-                    new_entries += codec.entries(key_group, row, originals[name].get(_identity(row)))
+                    new_entries += codec.entries(key_group, row)
             out[name] = new_entries
         if deleted_keys:
             self._warn_orphan_timers(operator, key_group, entries, out, deleted_keys)
@@ -476,7 +474,9 @@ class SqlEditor:
             for values in statement.rows:
                 if codec.key_group(values["key"]) != key_group:
                     continue
-                row = StateRow(values["key"], values.get("namespace"), values.get("value"))
+                row = StateRow(
+                    values["key"], values.get("namespace"), values.get("value"), None, values.get("ttl_timestamp")
+                )
                 if _identity(row) in existing:
                     raise EditError(
                         f"{statement.table.name} already holds state for key {row.key!r}"
@@ -507,7 +507,10 @@ class SqlEditor:
             if updated["value"] is None or (codec.kind in ("list", "map") and not updated["value"]):
                 deleted.add(_identity(row))  # Flink clears a state set to null or emptied
                 continue
-            kept.append(StateRow(updated["key"], updated["namespace"], updated["value"]))
+            # ttl_timestamp as any column: kept unless SET (readers/entry_codec.py)
+            kept.append(
+                StateRow(updated["key"], updated["namespace"], updated["value"], None, updated.get("ttl_timestamp"))
+            )
         return kept
 
     def _warn_orphan_timers(

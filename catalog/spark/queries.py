@@ -155,3 +155,34 @@ def sql(spark: SparkSession, query: str) -> DataFrame:
     if result is None:
         raise StatecatError("the query is empty")
     return result
+
+
+def kryo_notes(spark: SparkSession, query: str) -> list[str]:
+    """Why Kryo values of the state tables a query names print as bytes (the job's classes were
+    not given), one line per reason, for the CLI's stderr."""
+    from sqlglot.errors import SqlglotError
+
+    from statecat.catalog.spark.tables import ref_from_schema
+    from statecat.statemeta.descriptors import with_classpath
+    from statecat.statemeta.kryo import kryo_notes as state_notes
+    from statecat.statemeta.model import load_state_meta
+
+    try:
+        _, tables = referenced_databases(query)
+    except SqlglotError:
+        return []
+    notes: list[str] = []
+    for database, table in sorted(tables):
+        if database == REGISTRY_DATABASE or not _is_savepoint_database(spark, database):
+            continue
+        try:
+            ref = ref_from_schema(spark.table(f"`{database}`.`{table}`").schema)
+            if ref is None or ref.kind != "state" or ref.state is None:
+                continue
+            meta = load_state_meta(ref.savepoint, descriptors=with_classpath(ref.descriptors, ref.classpath))
+            _, state = meta.find_state(ref.state, ref.operator)
+        except (StatecatError, Exception) as exc:  # noqa: BLE001 - a note is best effort; the query already answered
+            log.debug("no Kryo note for %s.%s: %s", database, table, exc)
+            continue
+        notes += [f"{database}.{table}: shown as bytes: {note}" for note in state_notes(state)]
+    return list(dict.fromkeys(notes))

@@ -137,10 +137,12 @@ def relocate(spark: SparkSession, old: str, new: str) -> SavepointRecord:
     )
     if record != moved:
         rewrite_records(spark, [moved if r.database == record.database else r for r in records])
-    # Tables attached with a descriptor file carry its path: the new tables keep it.
-    descriptors = {ref.descriptors for ref in _table_refs(spark, record.database)} - {None}
+    # Tables attached with a descriptor file or a classpath carry them: the new tables keep them.
+    refs = _table_refs(spark, record.database)
+    descriptors = sorted(cast("set[str]", {ref.descriptors for ref in refs} - {None}))
+    classpath = next((ref.classpath for ref in refs if ref.classpath), ())
     _drop_savepoint_database(spark, record.database)
-    materialise(spark, record.database, new_path, *sorted(cast("set[str]", descriptors))[:1])
+    materialise(spark, record.database, new_path, descriptors[0] if descriptors else None, classpath)
     return moved
 
 

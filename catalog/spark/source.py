@@ -101,16 +101,18 @@ class StatecatQueryError(StatecatError):
     """A state could not be read while Spark ran a query; names savepoint, operator and state."""
 
 
-def _state_meta(path: str, descriptors: str | None = None) -> StateMeta:
+def _state_meta(path: str, descriptors: str | None = None, classpath: tuple[str, ...] = ()) -> StateMeta:
     """StateMeta of a savepoint, cached per Python worker (workers are reused across tasks).
 
-    ``descriptors``: the descriptor file a table was attached with (``TableRef.descriptors``)."""
+    ``descriptors``: the descriptor file a table was attached with (``TableRef.descriptors``);
+    ``classpath``: the job's classes typing its Kryo state (``TableRef.classpath``)."""
+    from statecat.statemeta.descriptors import with_classpath
     from statecat.statemeta.model import load_state_meta
 
-    cache_key = path if descriptors is None else f"{path}\0{descriptors}"
+    cache_key = "\0".join([path, descriptors or "", *classpath])
     meta = _meta_cache.get(cache_key)
     if meta is None:
-        meta = load_state_meta(path, descriptors=descriptors)
+        meta = load_state_meta(path, descriptors=with_classpath(descriptors, classpath))
         if len(_meta_cache) >= _META_CACHE_SIZE:
             _meta_cache.pop(next(iter(_meta_cache)))
         _meta_cache[cache_key] = meta
@@ -222,7 +224,9 @@ class FlinkStateDataSource(DataSource):
     def schema(self) -> StructType:
         ref = self._ref()
         try:
-            return spark_schema(ref, _state_meta(ref.savepoint, ref.descriptors) if ref.kind == "state" else None)
+            return spark_schema(
+                ref, _state_meta(ref.savepoint, ref.descriptors, ref.classpath) if ref.kind == "state" else None
+            )
         except StatecatError as exc:
             raise _query_error(ref, exc) from None
 
@@ -296,7 +300,7 @@ class FlinkStateReader(DataSourceReader):
             except StatecatError as exc:
                 raise StatecatQueryError(str(exc)) from None
         try:
-            meta = _state_meta(ref.savepoint, ref.descriptors)
+            meta = _state_meta(ref.savepoint, ref.descriptors, ref.classpath)
             # A state table's ref names its state, an operator table's its operator (tables.TableRef).
             if ref.kind == "state":
                 return self._state_partitions(meta, cast(str, ref.state), ref.operator) or [InputPartition(None)]
@@ -411,7 +415,7 @@ class FlinkStateReader(DataSourceReader):
         try:
             from statecat.readers import SavepointReader
 
-            meta = _state_meta(ref.savepoint, ref.descriptors)
+            meta = _state_meta(ref.savepoint, ref.descriptors, ref.classpath)
             reader = SavepointReader(meta, unpickle=ref.unpickle)
             keys = list(partition.keys) if partition.keys is not None else None
             batches = reader.read_partition(part, keys=keys)
@@ -427,7 +431,7 @@ class FlinkStateReader(DataSourceReader):
             label = ref.operator_label if part.operator_id == ref.operator else None
             if label is None:
                 try:
-                    label = _state_meta(ref.savepoint, ref.descriptors).operator(part.operator_id).label
+                    label = _state_meta(ref.savepoint, ref.descriptors, ref.classpath).operator(part.operator_id).label
                 except StatecatError:
                     label = part.operator_id
             failure = _query_error(
@@ -444,7 +448,7 @@ class FlinkStateReader(DataSourceReader):
         try:
             from statecat.readers import SavepointReader
 
-            reader = SavepointReader(_state_meta(ref.savepoint, ref.descriptors), unpickle=ref.unpickle)
+            reader = SavepointReader(_state_meta(ref.savepoint, ref.descriptors, ref.classpath), unpickle=ref.unpickle)
             key_groups = set(partition.key_groups) if partition.key_groups is not None else None
             for state, batch in reader.operator_batches(
                 partition.operator_id, list(partition.kinds), key_groups=key_groups, subtasks={partition.subtask}
@@ -497,7 +501,9 @@ class FlinkStateReader(DataSourceReader):
             )
 
     def _read_state_meta(self) -> Iterator[pa.RecordBatch]:
-        rows = state_meta_rows(_state_meta(self.ref.savepoint, self.ref.descriptors))  # errors: read() wraps them
+        rows = state_meta_rows(
+            _state_meta(self.ref.savepoint, self.ref.descriptors, self.ref.classpath)
+        )  # errors: read() wraps them
         if rows:
             columns = list(zip(*rows))
             arrays = [pa.array(list(c), type=f.type) for c, f in zip(columns, self.arrow_schema)]

@@ -3,7 +3,8 @@
 Per savepoint database:
 
 * ``state_meta``: one row per state (operator, kind, types, decode status, size);
-* ``<state>``: one table per state, columns ``key, namespace, value`` (keyed and timer states) or
+* ``<state>``: one table per state, columns ``key, namespace, value`` (keyed and timer states; states
+  with TTL add ``ttl_timestamp``, statecat.readers.ttl) or
   ``value, subtask`` (operator list, union and broadcast states), named as in the Delta lake
   (``statecat.statemeta.naming``: ``accstate``, ``<operator>__<state>`` only where several operators
   have a state of that name);
@@ -18,6 +19,7 @@ naming the savepoint, operator, state and table kind.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
@@ -96,6 +98,8 @@ COLUMN_COMMENTS = {
     "key": "the key the state belongs to (Flink's keyBy / GROUP BY key)",
     "namespace": "window or other namespace of the value (null for plain keyed state)",
     "subtask": "the subtask that held the value",
+    "ttl_timestamp": "states with TTL: when the value was last written (or read, with OnReadAndWrite), epoch ms as "
+    "Flink keeps it; ListState: per element, MapState: per map key (statecat.readers.ttl)",
 }
 
 
@@ -112,11 +116,17 @@ class TableRef:
     # A descriptor file (absolute path) applied to the savepoint's StateMeta when the table is read:
     # `attach --descriptors FILE` stores it here, so Spark's Python workers apply it too.
     descriptors: str | None = None
+    # `attach --classpath JAR|DIR`: the job's classes (absolute paths) that type its Kryo state.
+    classpath: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         data = asdict(self)
         if data["descriptors"] is None:  # tables attached without one keep their exact metadata
             del data["descriptors"]
+        if not data["classpath"]:
+            del data["classpath"]
+        else:
+            data["classpath"] = list(data["classpath"])
         return json.dumps(data, sort_keys=True)
 
     @staticmethod
@@ -130,6 +140,7 @@ class TableRef:
             bool(data.get("unpickle")),
             data.get("operator_label"),
             data.get("descriptors"),
+            tuple(data.get("classpath") or ()),
         )
 
     def describe(self) -> str:
@@ -148,7 +159,9 @@ class TableDef:
     comment: str
 
 
-def savepoint_tables(meta: StateMeta, descriptors: str | None = None) -> list[TableDef]:
+def savepoint_tables(
+    meta: StateMeta, descriptors: str | None = None, classpath: tuple[str, ...] = ()
+) -> list[TableDef]:
     """Every table of a savepoint's database, named as ``catalog_table_names`` names them.
 
     ``descriptors``: the descriptor file ``meta`` was loaded with; its tables carry it."""
@@ -156,7 +169,7 @@ def savepoint_tables(meta: StateMeta, descriptors: str | None = None) -> list[Ta
     tables = [
         TableDef(
             STATE_META_TABLE,
-            TableRef("state_meta", meta.path, descriptors=descriptors),
+            TableRef("state_meta", meta.path, descriptors=descriptors, classpath=classpath),
             f"states of Flink savepoint {meta.path} (checkpoint {meta.checkpoint_id})",
         )
     ]
@@ -164,7 +177,15 @@ def savepoint_tables(meta: StateMeta, descriptors: str | None = None) -> list[Ta
         tables.append(
             TableDef(
                 names.states[(op.id, state.name)],
-                TableRef("state", meta.path, op.id, state.name, operator_label=op.label, descriptors=descriptors),
+                TableRef(
+                    "state",
+                    meta.path,
+                    op.id,
+                    state.name,
+                    operator_label=op.label,
+                    descriptors=descriptors,
+                    classpath=classpath,
+                ),
                 f"{state.kind} state {state.name!r} of operator {op.label}",
             )
         )
@@ -173,7 +194,14 @@ def savepoint_tables(meta: StateMeta, descriptors: str | None = None) -> list[Ta
             tables.append(
                 TableDef(
                     names.operators[op.id],
-                    TableRef("operator", meta.path, op.id, operator_label=op.label, descriptors=descriptors),
+                    TableRef(
+                        "operator",
+                        meta.path,
+                        op.id,
+                        operator_label=op.label,
+                        descriptors=descriptors,
+                        classpath=classpath,
+                    ),
                     f"all states of operator {op.label} as JSON text",
                 )
             )
@@ -288,7 +316,17 @@ def ref_from_options(options: Mapping[str, str]) -> TableRef | None:
             "option 'state' is missing", hint="Give .option('state', NAME) or .option('table', 'state_meta')"
         )
     unpickle = opts.get("unpickle", "false").lower() in ("true", "1", "yes")
-    return TableRef(kind, path, opts.get("operator"), opts.get("state"), unpickle, descriptors=opts.get("descriptors"))
+    # option("classpath", "job.jar:classes/"): entries separated as on a JVM's classpath
+    classpath = tuple(os.path.abspath(e) for e in (opts.get("classpath") or "").split(os.pathsep) if e)
+    return TableRef(
+        kind,
+        path,
+        opts.get("operator"),
+        opts.get("state"),
+        unpickle,
+        descriptors=opts.get("descriptors"),
+        classpath=classpath,
+    )
 
 
 def state_meta_rows(meta: StateMeta, sizes: dict | None = None) -> list[tuple]:

@@ -5,7 +5,7 @@
  *
  *   java ... DataStreamPojo --input DIR --records N --work DIR --result FILE
  *        [--backend hashmap|rocksdb] [--parallelism 2] [--max-parallelism 128] [--timeout S]
- *        [--conf KEY=VALUE]... [--restore DIR] [--output FILE] [--uid pojo-fn]
+ *        [--conf KEY=VALUE]... [--restore DIR] [--output FILE] [--uid pojo-fn] [--kryo-state true]
  *
  * Input: text lines "key,name,v" (v an integer, name possibly empty) in a continuously monitored
  * directory (FileSource, uid "lines"), keyed by the String key; the KeyedProcessFunction (uid
@@ -17,6 +17,9 @@
  *   per_name MapState<String, Summary>         per_name[name]: name, count += 1, total += v / 4.0
  *   timer    on a key's first record an event-time timer at EVENT_BASE + v * 1000 (no
  *            watermarks: it never fires)
+ *   summary_kryo ValueState<SummaryValue>      with --kryo-state true only (bench/bench_layouts.py):
+ *            the summary again as a value class Flink serializes with Kryo (final fields, no
+ *            no-arg constructor): the same data shape through Kryo's FieldSerializer
  *
  * Summary is a Flink POJO (public class, public fields, public no-arg constructor): Flink's
  * PojoSerializer writes its fields in name order (count, name, total), a null flag per field.
@@ -94,14 +97,30 @@ public class DataStreamPojo {
         }
     }
 
+    /** Summary's fields as a value class: not a POJO, so Flink serializes it with Kryo. */
+    public static final class SummaryValue {
+        private final String name;
+        private final long count;
+        private final double total;
+
+        public SummaryValue(String name, long count, double total) {
+            this.name = name;
+            this.count = count;
+            this.total = total;
+        }
+    }
+
     public static class PojoFn extends KeyedProcessFunction<String, String, String> {
         private final boolean emitStates;
+        private final boolean kryoState;
+        private transient ValueState<SummaryValue> summaryKryo;
         private transient ValueState<Summary> summary;
         private transient ListState<Tuple2<String, Long>> history;
         private transient MapState<String, Summary> perName;
 
-        public PojoFn(boolean emitStates) {
+        public PojoFn(boolean emitStates, boolean kryoState) {
             this.emitStates = emitStates;
+            this.kryoState = kryoState;
         }
 
         @Override
@@ -112,6 +131,10 @@ public class DataStreamPojo {
                     new ListStateDescriptor<>("history", Types.TUPLE(Types.STRING, Types.LONG)));
             perName = getRuntimeContext().getMapState(
                     new MapStateDescriptor<>("per_name", Types.STRING, pojo));
+            if (kryoState) {
+                summaryKryo = getRuntimeContext().getState(new ValueStateDescriptor<>(
+                        "summary_kryo", TypeInformation.of(SummaryValue.class)));
+            }
         }
 
         @Override
@@ -131,6 +154,9 @@ public class DataStreamPojo {
             s.count += 1;
             s.total += v / 4.0;
             summary.update(s);
+            if (kryoState) {
+                summaryKryo.update(new SummaryValue(s.name, s.count, s.total));
+            }
             history.add(Tuple2.of(name, v));
             Summary p = perName.get(name);
             if (p == null) {
@@ -262,7 +288,7 @@ public class DataStreamPojo {
                 .fromSource(source, WatermarkStrategy.noWatermarks(), "lines")
                 .uid("lines")
                 .keyBy(line -> line.substring(0, line.indexOf(',')), Types.STRING)
-                .process(new PojoFn(output != null), Types.STRING)
+                .process(new PojoFn(output != null, "true".equals(a.get("kryo-state"))), Types.STRING)
                 .uid(a.get("uid"))
                 .name("Pojo Fn");
         if (output != null) {
