@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import struct
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from statecat.readers.decoders import MAX_BIG_INTEGER_BYTES, DecodeError, Decoder, micros, render_big_decimal
@@ -497,8 +498,7 @@ def _check_count(s: KryoStream, n: int) -> None:
 
 
 def _big_integer_text(value: int | None) -> str | None:
-    from decimal import Decimal
-
+    # Through Decimal: str(int) refuses more than 4300 digits (MAX_BIG_INTEGER_BYTES bounds the cost).
     return None if value is None else str(Decimal(value))
 
 

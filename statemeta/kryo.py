@@ -140,6 +140,12 @@ class KryoTypes:
         self.custom = custom or {}  # class → its custom serializer (or default serializer) in the job
         self._classes: dict[str, JavaClass] = {}
 
+    def scoped(self, custom: dict[str, str]) -> KryoTypes:
+        """The same classpath (and parsed classes) for a state whose job registered ``custom`` serializers."""
+        types = KryoTypes(self.classpath, self.version, custom)
+        types._classes = self._classes  # one parse per class file for the whole savepoint
+        return types
+
     def load(self, name: str) -> JavaClass:
         if not JAVA_NAME.fullmatch(name):  # names come from the savepoint's bytes: never a path
             raise NotKryoDecodable(f"expected a Java class name, got {name[:80]!r}")
@@ -307,10 +313,8 @@ def resolve_kryo(desc: TypeDescriptor, types: KryoTypes, classpath: Sequence[str
         ids = registration_ids(registrations)
         custom = {name: serializer for name, serializer in registrations if serializer}
         custom.update(dict.fromkeys(desc.attr("kryo_defaults", ()), "a default serializer"))
-        scoped = KryoTypes(types.classpath, types.version, custom)
-        scoped._classes = types._classes  # one parse per class file for the whole savepoint
         try:
-            value = scoped.of_class(type_class)
+            value = types.scoped(custom).of_class(type_class)
         except NotKryoDecodable as exc:
             return TypeDescriptor.raw(desc.attr("serializer"), f"Kryo-serialized {type_class}: {exc.message}")
         return TypeDescriptor.of(

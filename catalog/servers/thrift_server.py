@@ -55,6 +55,8 @@ DEFAULT_CONNECT_PORT = 15002  # Spark Connect's own default
 CONNECT_PLUGIN = "org.apache.spark.sql.connect.SparkConnectPlugin"
 # How often an idle-timeout server looks for clients.
 IDLE_CHECK_SECONDS = 1.0
+# Activity is sampled this often on a thread of its own (ClientActivity.sample).
+IDLE_SAMPLE_SECONDS = 0.25
 DEFAULT_POLL_SECONDS = 10.0
 AUTH_MODES = ("none", "nosasl", "ldap", "kerberos", "custom", "pam")
 READY_TIMEOUT_SECONDS = 120
@@ -542,6 +544,8 @@ def serve(
         )
         out.flush()
         activity = ClientActivity(spark, server) if idle_timeout else None
+        if activity is not None:
+            activity.sample(stop, IDLE_SAMPLE_SECONDS)
         tick = min(poll_seconds, IDLE_CHECK_SECONDS) if activity is not None else poll_seconds
         next_poll = time.monotonic() + poll_seconds
         while not stop.wait(tick):
@@ -609,6 +613,20 @@ class ClientActivity:
         if self.busy():
             self.last_busy = now
         return now - self.last_busy
+
+    def sample(self, stop: threading.Event, every: float) -> None:
+        """Samples activity on a thread of its own: the serving loop's metastore poll can take
+        seconds, and a client that came and went meanwhile must still count."""
+
+        def run() -> None:
+            while not stop.wait(every):
+                try:
+                    self.idle_for()
+                except Exception as exc:  # noqa: BLE001 - the serving loop reports a JVM that is gone
+                    log.debug("activity sample failed: %s", exc)
+                    return
+
+        threading.Thread(target=run, name="statecat-idle-sampler", daemon=True).start()
 
 
 def _jvm_gone(exc: BaseException) -> bool:
