@@ -32,6 +32,7 @@ from statecat.readers.decoders import (
     _string_data,
     _time_text,
     days,
+    fields_decoder,
     micros,
     render_big_decimal,
     sql_decimal,
@@ -136,15 +137,7 @@ class _Compiler:
         return self._union(t)
 
     def _record(self, t: AvroType) -> Decoder:
-        pairs = [(name, self.decoder(f)) for name, f in t.fields]
-
-        def record(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
-            out = {}
-            for name, decode in pairs:
-                out[name], pos = decode(buf, pos)
-            return out, pos
-
-        return record
+        return fields_decoder([(name, self.decoder(f)) for name, f in t.fields])
 
     def _union(self, t: AvroType) -> Decoder:
         others = [i for i, b in enumerate(t.branches) if b.kind != "null"]

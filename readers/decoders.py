@@ -474,23 +474,9 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
 
         return generic_array
     if kind == "map":
-        key = build_decoder(desc.child("key"), unpickle=unpickle)
-        value = build_decoder(desc.child("value"), unpickle=unpickle)
-
-        def map_(buf: bytes, pos: int) -> tuple[list[tuple[Any, Any]], int]:
-            n, pos = read_count(buf, pos, "map entry count")  # each entry has at least its null flag
-            out = []
-            for _ in range(n):
-                k, pos = key(buf, pos)
-                if buf[pos]:
-                    out.append((k, None))
-                    pos += 1
-                else:
-                    v, pos = value(buf, pos + 1)
-                    out.append((k, v))
-            return out, pos
-
-        return map_
+        return map_decoder(
+            build_decoder(desc.child("key"), unpickle=unpickle), build_decoder(desc.child("value"), unpickle=unpickle)
+        )
     if kind == "enum":
         constants = desc.attr("constants", ())
 
@@ -526,6 +512,25 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
 
         return entry
     raise UnsupportedError(f"no decoder for type {desc.describe()}")
+
+
+def map_decoder(key: Decoder, value: Decoder) -> Decoder:
+    """MapSerializer: a count, then per entry the key, a null flag and (not null) the value."""
+
+    def map_(buf: bytes, pos: int) -> tuple[list[tuple[Any, Any]], int]:
+        n, pos = read_count(buf, pos, "map entry count")  # each entry has at least its null flag
+        out = []
+        for _ in range(n):
+            k, pos = key(buf, pos)
+            if buf[pos]:
+                out.append((k, None))
+                pos += 1
+            else:
+                v, pos = value(buf, pos + 1)
+                out.append((k, v))
+        return out, pos
+
+    return map_
 
 
 def _counted(element: Decoder) -> Decoder:

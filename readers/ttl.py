@@ -23,7 +23,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from statecat.readers.decoders import DecodeError, Decoder, _counted, build_decoder, read_count
+from statecat.readers.decoders import DecodeError, Decoder, _counted, build_decoder, map_decoder
 from statecat.statemeta.model import StateInfo
 from statecat.statemeta.types import TypeDescriptor
 
@@ -82,23 +82,10 @@ def heap_value_decoder(state: StateInfo, layout: str, *, unpickle: bool = False)
         return stamped_decoder(value, unpickle=unpickle)
     if layout == "list":
         return _counted(stamped_decoder(value.child("element"), unpickle=unpickle))
-    key = build_decoder(value.child("key"), unpickle=unpickle)
-    map_value = stamped_decoder(value.child("value"), unpickle=unpickle)
-
-    def entries(buf: bytes, pos: int) -> tuple[list, int]:
-        n, pos = read_count(buf, pos, "map entry count")
-        out: list[tuple[Any, Any]] = []
-        for _ in range(n):
-            k, pos = key(buf, pos)
-            if buf[pos]:  # null flag: no TtlValue written
-                out.append((k, None))
-                pos += 1
-            else:
-                v, pos = map_value(buf, pos + 1)
-                out.append((k, v))
-        return out, pos
-
-    return entries
+    # A null map value has no TtlValue: MapSerializer's null flag comes before the wrapper.
+    return map_decoder(
+        build_decoder(value.child("key"), unpickle=unpickle), stamped_decoder(value.child("value"), unpickle=unpickle)
+    )
 
 
 def split(layout: str, values: list) -> tuple[list, list]:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from statecat.statemeta.classfile import ACC_ENUM, JavaClass, JavaType
 from statecat.statemeta.classpath import ClassPath
 from statecat.statemeta.errors import StatecatError
-from statecat.statemeta.types import TypeDescriptor
+from statecat.statemeta.types import TypeDescriptor, has_kryo
 
 if TYPE_CHECKING:
     from statecat.statemeta.model import StateMeta
@@ -334,14 +334,6 @@ def resolve_kryo(desc: TypeDescriptor, types: KryoTypes, classpath: Sequence[str
         return desc
     fields = tuple((name, resolve_kryo(child, types, classpath)) for name, child in desc.fields)
     return desc if fields == desc.fields else replace(desc, fields=fields)
-
-
-def has_kryo(desc: TypeDescriptor | None) -> bool:
-    if desc is None:
-        return False
-    if desc.kind == "raw" and (desc.attr("kryo_class") or desc.attr("uncollapsed")):
-        return True
-    return any(has_kryo(child) for _, child in desc.fields)
 
 
 def apply_classpath(meta: StateMeta, classpath: Sequence[str | os.PathLike[str]]) -> StateMeta:

@@ -286,13 +286,18 @@ def collapse_raw(desc: TypeDescriptor) -> TypeDescriptor:
     reasons = desc.raw_reasons()
     if reasons:
         # With Kryo parts inside, the job's classes may type it later (statemeta.kryo.resolve_kryo).
-        uncollapsed = json.dumps(desc.to_json()) if _has_kryo(desc) else None
+        uncollapsed = json.dumps(desc.to_json()) if has_kryo(desc) else None
         return TypeDescriptor.of("raw", serializer=desc.describe(), reason="; ".join(reasons), uncollapsed=uncollapsed)
     return desc
 
 
-def _has_kryo(desc: TypeDescriptor) -> bool:
-    return (desc.kind == "raw" and desc.attr("kryo_class") is not None) or any(_has_kryo(t) for _, t in desc.fields)
+def has_kryo(desc: TypeDescriptor | None) -> bool:
+    """Whether a type has Kryo parts the job's classes could type (statemeta.kryo)."""
+    if desc is None:
+        return False
+    if desc.kind == "raw" and (desc.attr("kryo_class") or desc.attr("uncollapsed")):
+        return True
+    return any(has_kryo(child) for _, child in desc.fields)
 
 
 def key_column_type(key: TypeDescriptor) -> TypeDescriptor:

@@ -10,7 +10,12 @@ import argparse
 import os
 import sys
 
-from statecat.catalog.cli.options import add_attach_descriptors_argument, add_home_argument, cli_session
+from statecat.catalog.cli.options import (
+    add_attach_descriptors_argument,
+    add_home_argument,
+    checked_classpath,
+    cli_session,
+)
 from statecat.statemeta.errors import LookupFailedError
 
 HELP = "register savepoints as Spark databases"
@@ -52,13 +57,11 @@ def check_attach_arguments(roots: list[str], descriptors: str | None, classpath:
     classpath entry, a local root that does not exist or holds no savepoint. (A URI root is listed
     once, by the attach itself.)"""
     from statecat.catalog.spark.databases import savepoints_under
-    from statecat.statemeta.classpath import ClassPath
     from statecat.statemeta.descriptors import load_descriptors
 
     if descriptors:
         load_descriptors(os.path.abspath(descriptors))
-    if classpath:
-        ClassPath([os.path.abspath(entry) for entry in classpath]).close()
+    checked_classpath(classpath or ())
     for root in roots:
         if "://" not in root:
             savepoints_under(root)

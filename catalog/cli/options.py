@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -105,12 +106,17 @@ def descriptors_of(args: argparse.Namespace) -> DescriptorSet | None:
 
 def classpath_of(args: argparse.Namespace) -> list[str]:
     """``--classpath`` entries as absolute paths, each checked to be a JAR or a class directory."""
-    entries = [os.path.abspath(entry) for entry in getattr(args, "classpath", None) or ()]
-    if entries:
+    return checked_classpath(getattr(args, "classpath", None) or ())
+
+
+def checked_classpath(entries: Iterable[str]) -> list[str]:
+    """Classpath entries as absolute paths; a missing or unreadable one fails now, naming it."""
+    absolute = [os.path.abspath(entry) for entry in entries]
+    if absolute:
         from statecat.statemeta.classpath import ClassPath
 
-        ClassPath(entries).close()  # a missing or unreadable entry fails now, naming it
-    return entries
+        ClassPath(absolute).close()
+    return absolute
 
 
 def cli_session(home: str | None) -> SparkSession:
