@@ -1,7 +1,12 @@
-"""Writing savepoints: an unedited rewrite, a one-key UPDATE and a --max-parallelism rewrite,
-beside Flink's State Processor API writing the same state.
+"""Writing savepoints: an unedited rewrite, a one-key UPDATE (warm: a running Spark session; cold: a
+`statecat write` process starting its own), a whole-table UPDATE and a --max-parallelism rewrite,
+beside `cp -r` of SRC and Flink's State Processor API writing the same state.
 
-    .venv/bin/python bench/bench_write.py [--dir /tmp/statecat-write] [--sizes 4000000,13500000] [--spa]
+    .venv/bin/python bench/bench_write.py [--dir /tmp/statecat-write] [--sizes 4000000,13500000] [--spa] [--whole-table]
+
+Spark evaluates the statements (catalog/spark/edit_spark.py): the warm figure is the write with this
+process's Spark session already started (as the home's server is once warm), the cold one a new
+process that starts a local session first. The goal for a one-key edit is SRC's copy time + 2 s.
 
 Each size is a GROUP BY savepoint (tests/fixtures/generate.py, ``sql_groupby_hashmap_2.3`` with
 that many keys, one record each; 13.5 M keys is ~950 MiB), generated once by real Flink and cached
@@ -56,8 +61,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from statecat.catalog.spark.edits import write_savepoint  # noqa: E402
 from statecat.readers import SavepointReader  # noqa: E402
+from tests.fixtures.edits import write_savepoint  # noqa: E402
 from tests.fixtures.runtime import heavy_lock  # noqa: E402
 
 CASE = "sql_groupby_hashmap_2.3"
@@ -65,6 +70,7 @@ FIXTURE = REPO / "tests" / "fixtures" / "cases" / CASE / "savepoint"
 SPA = REPO / "bench" / "java-spa" / "run.sh"
 KEY = "key_662"
 UPDATE = f"UPDATE accstate SET value.f0 = value.f0 + 1 WHERE key = '{KEY}'"
+WHOLE_TABLE_UPDATE = "UPDATE accstate SET value.f1 = value.f1 + 1"
 NEW_MAX_PARALLELISM = 256
 
 
@@ -143,6 +149,29 @@ def pinned(cpu: int) -> Iterator[None]:
         os.sched_setaffinity(0, before)
 
 
+def copy_seconds(src: Path, dst: Path) -> float:
+    """``cp -r`` of SRC: what a one-key edit is measured against."""
+    shutil.rmtree(dst, ignore_errors=True)
+    started = time.perf_counter()
+    subprocess.run(["cp", "-r", str(src), str(dst)], check=True)
+    seconds = time.perf_counter() - started
+    shutil.rmtree(dst, ignore_errors=True)
+    return seconds
+
+
+def cold_cli_update(src: Path, dst: Path) -> float:
+    """`statecat write --sql` in a new process: Spark started by the command (a local session)."""
+    shutil.rmtree(dst, ignore_errors=True)
+    home = dst.with_name(dst.name + "-home")
+    env = {**os.environ, "STATECAT_HOME": str(home), "STATECAT_METASTORE": "embedded"}
+    command = [sys.executable, "-m", "statecat.catalog.cli", "write", str(src), "--out", str(dst), "--sql", UPDATE]
+    started = time.perf_counter()
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    shutil.rmtree(home, ignore_errors=True)
+    return seconds
+
+
 def run_spa(mode: str, out: Path, uid_hash: str, parallelism: int, cpu: int, *extra: str) -> dict:
     """One State Processor API run in a fresh JVM (its start timed apart)."""
     shutil.rmtree(out, ignore_errors=True)
@@ -181,6 +210,15 @@ def measure(args: argparse.Namespace, keys: int) -> list[Row]:
             after = key_value(dst)
             assert after == {**before, "f0": before["f0"] + 1}, (before, after)
             rows.append(Row(f"one-key UPDATE ({KEY})", seconds))
+            copy = copy_seconds(src, dst)
+            rows.append(Row("cp -r SRC (the yardstick)", copy))
+            rows[-2].notes.append(f"warm one-key UPDATE {seconds:.2f} s = cp -r {copy:.2f} s + {seconds - copy:.2f} s")
+            cold = cold_cli_update(src, dst)
+            rows.append(Row("one-key UPDATE, cold CLI", cold))
+            if args.whole_table:
+                seconds, result = best_of(1, src, dst, sql=[WHOLE_TABLE_UPDATE])
+                assert result.statements[0].matched == rows_in_state, result.statements
+                rows.append(Row("whole-table UPDATE", seconds))
             if not args.skip_rekey:
                 seconds, _ = best_of(args.rekey_repeat, src, dst, max_parallelism=NEW_MAX_PARALLELISM)
                 assert count_rows(dst) == rows_in_state
@@ -282,7 +320,7 @@ def print_rows(keys: int, rows_in_state: int, megabytes: float, rows: list[Row])
         print(line, flush=True)
     for row in rows:
         for note in row.notes:
-            print(f"{'':>10}   {row.spa}: {note}")
+            print(f"{'':>10}   {f'{row.spa}: ' if row.spa else ''}{note}")
 
 
 def main() -> None:
@@ -298,6 +336,9 @@ def main() -> None:
     parser.add_argument("--spa-repeat", type=int, default=1, help="passes per JVM (>1: the best is compared)")
     parser.add_argument("--flink-cpu", type=int, default=1, help="the core the State Processor API's JVM runs on")
     parser.add_argument("--generate-only", action="store_true")
+    parser.add_argument(
+        "--whole-table", action="store_true", help="also an UPDATE of every key (the changed rows pass the driver)"
+    )
     args = parser.parse_args()
     sizes = [int(k) for k in args.sizes.split(",")]
     args.dir.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,9 @@ than the type stores is refused with an ``EncodeError`` naming the value's place
 (``value.f0[2].key``), what was expected and what was given: nothing is wrapped, rounded or
 truncated silently.
 
-Serializers whose values statecat shows only as bytes (``raw``, pickles, Kryo) get no encoder:
-such a value is copied unchanged, never edited. Bytes statecat shows for a *framed* part of a
+Serializers whose values statecat shows only as bytes (``raw``, pickles, Kryo without the job's
+classes) get no encoder: such a value is copied unchanged, never edited. Kryo values typed from the
+job's classes are written by ``readers.kryo_encoder``. Bytes statecat shows for a *framed* part of a
 value it decodes (a table runtime RAW field, a RawValueData of an unknown type, a source split
 of an unknown connector) are written back as given: they are the stored bytes.
 
@@ -34,7 +35,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from numbers import Real
-from typing import Any
+from typing import Any, TypeVar
 
 from statecat.readers.binary_formats import INLINE_LENGTH_SHIFT, INLINE_MARK, MAX_INLINE_BYTES
 from statecat.readers.decoders import (
@@ -73,6 +74,7 @@ from statecat.statemeta.source_splits import ENUMERATOR_CODEC, SPLIT_CODEC
 from statecat.statemeta.types import TypeDescriptor, key_column_type, struct_field_names
 
 Encoder = Callable[[Any, bytearray], None]
+_Out = TypeVar("_Out", bound=bytearray)  # what an encoder appends to: a bytearray, or one carrying write state
 # A binary row/array field writer: (value, out, start of the enclosing structure, its slot's position).
 SlotWriter = Callable[[Any, bytearray, int, int], None]
 
@@ -397,10 +399,18 @@ def _encode_boolean(value: Any, out: bytearray) -> None:
     out.append(1 if _boolean(value) else 0)
 
 
-def _encode_char(value: Any, out: bytearray) -> None:
-    if value.__class__ is not str or len(value) != 1 or ord(value) > CHAR_MAX:
-        raise _refuse("a CHAR (one character of the Basic Multilingual Plane)", value)
-    out += _BE_U16(ord(value))
+def _char_encoder(pack: Callable[[int], bytes]) -> Encoder:
+    """A Java char (one UTF-16 code unit) as a u16 ``pack`` writes it."""
+
+    def encode(value: Any, out: bytearray) -> None:
+        if value.__class__ is not str or len(value) != 1 or ord(value) > CHAR_MAX:
+            raise _refuse("a CHAR (one character of the Basic Multilingual Plane)", value)
+        out += pack(ord(value))
+
+    return encode
+
+
+_encode_char = _char_encoder(_BE_U16)
 
 
 def _write_varint(number: int, out: bytearray) -> None:
@@ -470,11 +480,8 @@ def _write_big_integer(number: int, out: bytearray) -> None:
     out += data
 
 
-def _encode_bigint(value: Any, out: bytearray) -> None:
-    """BigIntSerializer: the decoders give decimal text; ints are taken too."""
-    if value is None:
-        out += _BE_I32(BIGINT_NULL)
-        return
+def _big_integer_value(value: Any) -> int:
+    """A BigInteger from its decimal text (what the decoders give) or an int."""
     expected = "a BigInteger (int or its decimal text)"
     if isinstance(value, str):  # through Decimal: int() of text refuses more than 4300 digits
         try:
@@ -484,17 +491,13 @@ def _encode_bigint(value: Any, out: bytearray) -> None:
             raise EncodeError(expected, value) from None
         if parsed != number:
             raise EncodeError(expected, value)
-    else:
-        number = _integer(value, expected)
-    _write_big_integer(number, out)
+        return number
+    return _integer(value, expected)
 
 
-def _encode_bigdec(value: Any, out: bytearray) -> None:
-    """BigDecSerializer: the unscaled BigInteger, then the i32 scale; the decoders give Java's
-    toPlainString text, whose digits after the point are the scale."""
-    if value is None:
-        out += _BE_I32(BIGINT_NULL)
-        return
+def _big_decimal_parts(value: Any) -> tuple[int, int]:
+    """A BigDecimal's (unscaled value, scale) from Java's toPlainString text (what the decoders
+    give: its digits after the point are the scale), a decimal.Decimal or an int."""
     expected = "a BigDecimal (decimal.Decimal, int or its decimal text)"
     try:
         number = Decimal(value) if isinstance(value, (str, int)) and not isinstance(value, bool) else value
@@ -503,10 +506,26 @@ def _encode_bigdec(value: Any, out: bytearray) -> None:
     if not isinstance(number, Decimal) or not number.is_finite():
         raise EncodeError(expected, value)
     sign, digits, exponent = number.as_tuple()
-    unscaled = int(Decimal((sign, digits, 0)))
     scale = -int(exponent)
     if not INT_MIN <= scale <= INT_MAX:
         raise EncodeError(f"{expected} with a 32-bit scale", value)
+    return int(Decimal((sign, digits, 0))), scale
+
+
+def _encode_bigint(value: Any, out: bytearray) -> None:
+    """BigIntSerializer: the decoders give decimal text; ints are taken too."""
+    if value is None:
+        out += _BE_I32(BIGINT_NULL)
+        return
+    _write_big_integer(_big_integer_value(value), out)
+
+
+def _encode_bigdec(value: Any, out: bytearray) -> None:
+    """BigDecSerializer: the unscaled BigInteger, then the i32 scale."""
+    if value is None:
+        out += _BE_I32(BIGINT_NULL)
+        return
+    unscaled, scale = _big_decimal_parts(value)
     _write_big_integer(unscaled, out)
     out += _BE_I32(scale)
 
@@ -714,6 +733,10 @@ def _build(desc: TypeDescriptor, options: _Options) -> Encoder:
         from statecat.readers.avro import build_avro_encoder
 
         return build_avro_encoder(desc)
+    if kind == "kryo":  # Kryo's FieldSerializer, typed from the job's class files (readers/kryo_encoder.py)
+        from statecat.readers.kryo_encoder import build_kryo_encoder
+
+        return build_kryo_encoder(desc)
     if kind == "raw_value":
         inner_desc = desc.fields[0][1]
         return _not_null(
@@ -756,7 +779,7 @@ def _build(desc: TypeDescriptor, options: _Options) -> Encoder:
     raise UnsupportedError(f"no encoder for type {desc.describe()}")
 
 
-def _field(encode: Encoder, value: Any, out: bytearray, step: str) -> None:
+def _field(encode: Callable[[Any, _Out], None], value: Any, out: _Out, step: str) -> None:
     try:
         encode(value, out)
     except EncodeError as exc:

@@ -12,9 +12,15 @@ Checked on real Flink bytes (Flink 1.20 = Kryo 2.24, Flink 2.3 = Kryo 5; tests/t
 - A field of a final class (String, boxes, arrays of final components, final classes, enums)
   writes no class; a primitive field no marker either. Fields are read in name order over the class
   and its superclasses, static and transient ones skipped.
-- int/long are zigzag varints; char/short/float/double are big-endian in Kryo 2 and
-  little-endian in Kryo 5. Collections and maps: varint(size) in Kryo 2, size + 1 (with a
-  has-nulls flag for collections) in Kryo 5; elements of a final generic type carry no class.
+- int/long are zigzag varints (a long's ninth byte holds its top 8 bits whole, as does a Date's);
+  char/short/float/double are big-endian in Kryo 2 and little-endian in Kryo 5. Collections and
+  maps: varint(size) in Kryo 2, size + 1 (with a has-nulls flag for collections) in Kryo 5;
+  elements of a final generic type carry no class.
+
+A back-reference decodes to the very object its first occurrence decoded to, so object identity in
+the decoded value is Kryo's: ``readers.kryo_encoder`` writes a back-reference exactly for an object
+it has already written. Python shares one object for equal empty and one-character strings, so such
+a String decodes as a ``KryoString`` (a str of its own) unless the bytes refer back to it.
 """
 
 from __future__ import annotations
@@ -54,11 +60,23 @@ BUILTIN_CLASSES = {
     8: "java.lang.Double",
 }
 MAX_VARINT_BYTES = 10
+VARLONG_GROUPS = 8  # 7-bit groups of a varlong before its ninth, whole, byte
 # Values whose classes the bytes name, nested deeper than this, are damage (and Python's stack).
 MAX_DYNAMIC_DEPTH = 64
 # JDK collection classes written by name whose serializers write nothing (Collections.emptyList() …).
 EMPTY_COLLECTIONS = {"java.util.Collections$EmptyList", "java.util.Collections$EmptySet"}
 EMPTY_MAPS = {"java.util.Collections$EmptyMap"}
+# Kinds decoded as text that Python may share between equal values (see KryoString).
+SHAREABLE_TEXT = frozenset({"string", "bigint", "bigdec"})
+
+
+class KryoString(str):
+    """A String (or BigInteger/BigDecimal text) of at most one character that Kryo wrote as an
+    object of its own: Python shares one object for equal short strings, this one is distinct, so
+    the encoder tells it apart from an equal String the bytes referred back to. (A Date at the epoch
+    decodes to the int 0, which Python shares too: two such Dates are written back as one.)"""
+
+    __slots__ = ()
 
 
 class KryoStream:
@@ -103,6 +121,21 @@ class KryoStream:
 
     def zigzag(self) -> int:
         v = self.varint()
+        return (v >> 1) ^ -(v & 1)
+
+    def varlong(self) -> int:
+        """Kryo's varlong: 7-bit groups, least significant first; a ninth byte holds the top 8 bits whole."""
+        result = shift = 0
+        for _ in range(VARLONG_GROUPS):
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+        return result | (self.byte() << shift)
+
+    def zigzag_long(self) -> int:
+        v = self.varlong()
         return (v >> 1) ^ -(v & 1)
 
     def varint_flag(self) -> tuple[bool, int]:
@@ -176,9 +209,7 @@ class _Compiler:
     def __init__(self, desc: TypeDescriptor) -> None:
         self.version = desc.attr("version")
         self.order = ">" if self.version == KRYO2 else "<"
-        self.registered = dict(BUILTIN_CLASSES)
-        self.registered.update({i: name for name, i in CHILL_IDS.items()})
-        self.registered.update(dict(desc.attr("registrations", ())))
+        self.registered = registered_classes(desc)
         self.custom = dict(desc.attr("custom", ()))
         self.classpath_entries = desc.attr("classpath", ())
         self._types: KryoTypes | None = None
@@ -259,9 +290,8 @@ class _Compiler:
     def marked(self, node: TypeDescriptor, *, nullable: bool) -> Read:
         """writeObject (``nullable=False``) / writeObjectOrNull: the marker where Kryo writes one, then the payload."""
         payload = self.payload(node)
-        java = node.attr("java")
-        wrapper = java in BOXED or java in PRIMITIVES
-        untracked = wrapper or (node.kind == "enum" and self.version == KRYO5)
+        untracked = not is_tracked(node, self.version)
+        distinct = node.kind in SHAREABLE_TEXT
         if untracked and not nullable:
             return payload
         if untracked:
@@ -283,6 +313,8 @@ class _Compiler:
                 index = len(s.refs)
                 s.refs.append(None)
                 value = payload(s)
+                if distinct and value is not None and len(value) <= 1:
+                    value = KryoString(value)
                 s.refs[index] = value
                 return value
             if marker == NULL:
@@ -300,20 +332,9 @@ class _Compiler:
         java = node.attr("java")
         if java in PRIMITIVES:
             return self.payload(node)
-        if self.is_final(node):
+        if is_final(node):
             return self.marked(node, nullable=True)
         return self.class_and_object(node)
-
-    def is_final(self, node: TypeDescriptor) -> bool:
-        java = node.attr("java") or ""
-        if java in BOXED or java == "java.lang.String" or java == "java.util.Optional":
-            return True
-        if node.kind in ("pojo", "enum"):
-            return bool(node.attr("final"))
-        if java.startswith("["):
-            element = node.fields[0][1]
-            return element.attr("java") in PRIMITIVES or self.is_final(element)
-        return False
 
     # -- payloads
 
@@ -345,7 +366,7 @@ class _Compiler:
 
             return bigdec
         if kind == "date":
-            return lambda s: micros(_signed_long(s.varint()) * 1000)
+            return lambda s: micros(_signed_long(s.varlong()) * 1000)
         if kind == "pojo":
             return self._struct(node)
         if kind == "nullable":  # Optional: its value written with its class
@@ -361,8 +382,10 @@ class _Compiler:
         raise NotKryoDecodable(f"no Kryo layout for {node.describe()}")
 
     def _primitive(self, kind: str) -> Read:
-        if kind in ("int", "long"):
+        if kind == "int":
             return KryoStream.zigzag
+        if kind == "long":
+            return KryoStream.zigzag_long
         if kind == "boolean":
             return lambda s: s.byte() != 0
         if kind == "byte":
@@ -398,7 +421,7 @@ class _Compiler:
         java = element_node.attr("java")
         if java in PRIMITIVES:
             element = self._primitive(java)
-        elif self.is_final(element_node):
+        elif is_final(element_node):
             element = self.marked(element_node, nullable=True)
         else:
             element = self.class_and_object(element_node)
@@ -413,7 +436,7 @@ class _Compiler:
         return array
 
     def _collection(self, element_node: TypeDescriptor) -> Read:
-        final = element_node.attr("java") not in PRIMITIVES and self.is_final(element_node)
+        final = element_node.attr("java") not in PRIMITIVES and is_final(element_node)
         or_null = self.marked(element_node, nullable=True) if final else None
         not_null = self.marked(element_node, nullable=False) if final else None
         any_class = self.class_and_object(element_node)
@@ -462,8 +485,8 @@ class _Compiler:
         return read
 
     def _map(self, key_node: TypeDescriptor, value_node: TypeDescriptor) -> Read:
-        key = self.value(key_node) if self.is_final(key_node) else self.class_and_object(key_node)
-        value = self.value(value_node) if self.is_final(value_node) else self.class_and_object(value_node)
+        key = self.value(key_node) if is_final(key_node) else self.class_and_object(key_node)
+        value = self.value(value_node) if is_final(value_node) else self.class_and_object(value_node)
         plus_one = 1 if self.version == KRYO5 else 0
 
         def map_(s: KryoStream) -> list[tuple[Any, Any]] | None:
@@ -480,6 +503,36 @@ class _Compiler:
             return out
 
         return map_
+
+
+def registered_classes(desc: TypeDescriptor) -> dict[int, str]:
+    """Registration id → class of a ``kryo`` descriptor: Kryo's own, chill's, then the job's."""
+    registered = dict(BUILTIN_CLASSES)
+    registered.update({i: name for name, i in CHILL_IDS.items()})
+    registered.update(dict(desc.attr("registrations", ())))
+    return registered
+
+
+def is_final(node: TypeDescriptor) -> bool:
+    """Kryo's ``isFinal`` of a declared type: a value of it is written without its class."""
+    java = node.attr("java") or ""
+    if java in BOXED or java == "java.lang.String" or java == "java.util.Optional":
+        return True
+    if node.kind in ("pojo", "enum"):
+        return bool(node.attr("final"))
+    if java.startswith("["):
+        element = node.fields[0][1]
+        return element.attr("java") in PRIMITIVES or is_final(element)
+    return False
+
+
+def is_tracked(node: TypeDescriptor, version: int) -> bool:
+    """Whether Kryo gives a value of ``node`` a reference id (MapReferenceResolver.useReferences):
+    every object but the boxed primitives, and in Kryo 5 but enums."""
+    java = node.attr("java")
+    if java in BOXED or java in PRIMITIVES:
+        return False
+    return not (node.kind == "enum" and version == KRYO5)
 
 
 def _signed_byte(s: KryoStream) -> int:
@@ -544,4 +597,13 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-__all__ = ["build_kryo_decoder", "KryoStream", "KRYO2", "KRYO5"]
+__all__ = [
+    "build_kryo_decoder",
+    "KryoStream",
+    "KryoString",
+    "KRYO2",
+    "KRYO5",
+    "is_final",
+    "is_tracked",
+    "registered_classes",
+]

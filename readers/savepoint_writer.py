@@ -16,14 +16,27 @@ and values are already canonical bytes); a heap checkpoint by splitting its unfr
 the states' decoders. Edits (``StateEditor``) see and return one key-group's entries at a time,
 so memory stays bounded by a key-group.
 
-Nothing is written in SRC. DST is built in a hidden sibling directory and renamed into place last;
-an interrupted write leaves no DST.
+Nothing is written in SRC, and nothing a user owns is lost. DST is built in a hidden sibling
+directory (``.DST.statecat-write-XXXXXXXX``, see temp_dirs.py) and renamed into place last: readers
+see no DST or a whole one. An error, SIGINT or SIGTERM removes the hidden directory; one SIGKILL
+left is removed by the next write into the same parent. ``overwrite`` replaces only a savepoint
+(``_metadata``, ``stateInfo`` and Flink's UUID-named state files, nothing else), checked before
+anything is written and removed only once the new one is in place. DST's directory and files get
+the permissions Flink's have under the umask (0777 and 0666 less it).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
+import functools
+import logging
 import os
+import re
 import shutil
+import signal
+import stat
 import struct
 import tempfile
 import uuid
@@ -33,7 +46,8 @@ from typing import Any, Protocol
 
 from statecat.readers.framing import Entry, Runs, frame_runs, key_group_ends, parse_runs
 from statecat.readers.scan import decompress_snappy_framed
-from statecat.statemeta.errors import StatecatError, UnsupportedError
+from statecat.readers.temp_dirs import make_temp_dir, remove_stale_temp_dirs, signals_raise
+from statecat.statemeta.errors import Interrupted, StatecatError, UnsupportedError
 from statecat.statemeta.headers import (
     FIRST_KEYED_PROXY_WITH_COMPRESSION,
     SNAPPY_STREAM_IDENTIFIER,
@@ -73,7 +87,10 @@ from statecat.statemeta.model import (
     load_state_meta,
     operator_id_for_uid,
 )
+from statecat.statemeta.stateinfo import STATE_INFO_FILE
 from statecat.statemeta.storage import METADATA_FILE
+
+log = logging.getLogger(__name__)
 
 # KeyGroupRangeAssignment.UPPER_BOUND_MAX_PARALLELISM
 MAX_MAX_PARALLELISM = 1 << 15
@@ -164,22 +181,57 @@ def write_savepoint(
     ``drop_operators``: operators (id, uid or name) whose state is left out. ``set_uids``:
     operator (id, uid or name) -> new uid; the operator id becomes the one Flink derives from it.
     ``max_parallelism``: every operator's new max parallelism; keyed state moves to the key-groups
-    Flink assigns its keys under it. ``provenance`` is recorded in DST's stateInfo."""
+    Flink assigns its keys under it. ``provenance`` is recorded in DST's stateInfo. ``overwrite``:
+    replace DST if it is a savepoint and nothing else (anything else raises before anything is
+    written). SIGINT and SIGTERM raise ``Interrupted`` here (main thread only), after the cleanup."""
     meta = source if isinstance(source, StateMeta) else load_state_meta(source)
     if not meta.storage.is_local:
         raise UnsupportedError(f"writing from {meta.path} is not supported yet: copy the snapshot to a local directory")
     target = os.path.abspath(destination)
-    _check_destination(meta, target, overwrite)
+    check_destination(meta, target, overwrite)
     dropped = {meta.operator(ref).id for ref in drop_operators}
     renames = {meta.operator(ref).id: uid for ref, uid in (set_uids or {}).items()}
     if max_parallelism is not None:
         _check_max_parallelism(meta, max_parallelism, dropped)
     summary = WriteSummary(meta.path, target, meta.metadata.version, 0)
-    parent = os.path.dirname(target)
-    os.makedirs(parent, exist_ok=True)
-    work = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.statecat-", dir=parent)
-    try:
-        out = _Output(work, summary)
+    with signals_raise() as signals:
+        temp, published = None, False
+        try:
+            with signals.hold():  # held until temp is known, so that its cleanup below cannot miss it
+                temp = _make_temp_dir(target)
+            signals.check()
+            # Made here, not by mkdtemp (0700): Flink's savepoint directories get 0777 less the umask.
+            work = os.path.join(temp, "savepoint")
+            os.mkdir(work)
+            _write_into(work, meta, summary, dropped, renames, editor, max_parallelism, keyed_runner)
+            _write_state_info(work, provenance)
+            with signals.hold():  # once renamed DST is whole: a signal now is delivered after the cleanup
+                _publish(work, target, overwrite)
+                published = True
+                shutil.rmtree(temp, ignore_errors=True)
+        except BaseException as exc:
+            if temp is not None:
+                with signals.hold():
+                    shutil.rmtree(temp, ignore_errors=True)
+            explained = None if published else _explained(exc, target, temp)
+            if explained is None:
+                raise
+            raise explained from None
+    return summary
+
+
+def _write_into(
+    work: str,
+    meta: StateMeta,
+    summary: WriteSummary,
+    dropped: set[str],
+    renames: dict[str, str],
+    editor: StateEditor | None,
+    max_parallelism: int | None,
+    keyed_runner: KeyedRunner | None,
+) -> None:
+    """The savepoint's streams and ``_metadata``, into the directory ``work``."""
+    with _Output(work, summary) as out:
         prebuilt: dict[KeyedJob, tuple[KeyGroupsOut, dict[str, int]]] = {}
         if keyed_runner is not None:
             jobs = _keyed_jobs(meta, dropped, editor, max_parallelism)
@@ -230,12 +282,6 @@ def write_savepoint(
         summary.operators = len(operators)
         metadata = write_metadata(meta.metadata.version, meta.metadata.checkpoint_id, operators)
         out.write_file(METADATA_FILE, metadata)
-        _write_state_info(work, provenance)
-        _publish(work, target, overwrite)
-    except BaseException:
-        shutil.rmtree(work, ignore_errors=True)
-        raise
-    return summary
 
 
 def _check_max_parallelism(meta: StateMeta, max_parallelism: int, dropped: set[str]) -> None:
@@ -259,7 +305,8 @@ def _check_max_parallelism(meta: StateMeta, max_parallelism: int, dropped: set[s
             )
 
 
-def _check_destination(meta: StateMeta, target: str, overwrite: bool) -> None:
+def check_destination(meta: StateMeta, target: str, overwrite: bool) -> None:
+    """Refuses a DST that overlaps SRC, exists without ``overwrite``, or is not a savepoint to replace."""
     source_dir = os.path.realpath(meta.storage.directory)
     real = os.path.realpath(target)
     if real == source_dir or real.startswith(source_dir + os.sep) or source_dir.startswith(real + os.sep):
@@ -271,24 +318,193 @@ def _check_destination(meta: StateMeta, target: str, overwrite: bool) -> None:
         raise UnsupportedError(
             f"the destination {target} exists", hint="Pass --overwrite to replace it, or choose another --out"
         )
+    if overwrite:
+        _check_replaceable(target)
+
+
+# What a savepoint directory holds, and so what --overwrite may remove: Flink's _metadata and state
+# files (FsCheckpointStreamFactory names each by a random UUID, native RocksDB savepoints too; a
+# checkpoint's shared/ and taskowned/ are siblings of chk-N, never inside it), statecat's stateInfo,
+# and the temporary file of a `statecat snapshot` killed while it wrote the stateInfo.
+_SAVEPOINT_FILE = re.compile(
+    rf"{re.escape(METADATA_FILE)}|{re.escape(STATE_INFO_FILE)}|\.{re.escape(STATE_INFO_FILE)}\.[a-z0-9_]+\.tmp"
+    r"|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+)
+
+
+def _check_replaceable(target: str) -> None:
+    """Refuses (before anything is written) a ``target`` that is not a savepoint and nothing else."""
+    refusal = "--overwrite replaces only a savepoint"
+    hint = "Nothing was changed: move it away, or choose another --out"
+    try:
+        mode = os.lstat(target).st_mode
+        if not stat.S_ISDIR(mode):
+            raise UnsupportedError(f"{refusal}: expected a directory at {target}, got {_kind(mode)}", hint=hint)
+        names = sorted(os.listdir(target))
+        for name in names:
+            mode = os.lstat(os.path.join(target, name)).st_mode
+            if not (_SAVEPOINT_FILE.fullmatch(name) and stat.S_ISREG(mode)):
+                raise UnsupportedError(
+                    f"{refusal}: expected only _metadata, stateInfo and Flink's state files in {target}, "
+                    f"got {name!r} ({_kind(mode)})",
+                    hint=hint,
+                )
+    except (FileNotFoundError, NotADirectoryError):
+        return  # nothing to replace (a parent that is not a directory fails the write itself)
+    except OSError as exc:
+        raise StatecatError(f"cannot read {target}: {exc.strerror or exc}") from None
+    if METADATA_FILE not in names:
+        raise UnsupportedError(
+            f"{refusal}: expected {METADATA_FILE} in {target}, got "
+            f"{'an empty directory' if not names else 'a directory without it'}",
+            hint=hint,
+        )
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "a regular file"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a special file"
+
+
+def _make_temp_dir(target: str) -> str:
+    """DST's parent (made when missing) with the hidden directory DST is built in; the temporary
+    directories of killed writes there are removed first."""
+    parent = os.path.dirname(target)
+    try:
+        os.makedirs(parent, exist_ok=True)
+        remove_stale_temp_dirs(parent)
+        return make_temp_dir(parent, os.path.basename(target), "write")
+    except OSError as exc:
+        raise _cannot_write(target, exc) from None
+
+
+def _cannot_write(target: str, exc: OSError) -> StatecatError:
+    """An environment's refusal (full disk, read-only parent, a file where a directory must be) as
+    one line naming DST and, when an ancestor is at fault, that ancestor."""
+    cause = exc.strerror or str(exc)
+    where = exc.filename if isinstance(exc.filename, str) else None
+    if exc.errno in (errno.ENOTDIR, errno.EEXIST):
+        # makedirs reports EEXIST for a regular file on the way, or the directory it failed to make.
+        where = next((a for a in _ancestors(target) if os.path.lexists(a) and not os.path.isdir(a)), where)
+        cause = os.strerror(errno.ENOTDIR) if where is not None and not os.path.isdir(where) else cause
+    at = f" ({where})" if where is not None and where in _ancestors(target) else ""
+    return StatecatError(f"cannot write {target}: {cause}{at}")
+
+
+def _ancestors(path: str) -> list[str]:
+    """``path``'s ancestors, from the root down."""
+    out = []
+    while (parent := os.path.dirname(path)) != path:
+        out.append(parent)
+        path = parent
+    return out[::-1]
+
+
+# Errors writing files report no file name (a full disk shows at write, flush or close).
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def _explained(exc: BaseException, target: str, temp: str | None) -> BaseException | None:
+    """What a failed write raises instead of ``exc`` (None: ``exc`` itself), the temporary directory
+    being removed: a signal says nothing was written, the environment's errors are one line."""
+    if isinstance(exc, KeyboardInterrupt):
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        return Interrupted(signum, f"interrupted by {signal.Signals(signum).name}: nothing written at {target}")
+    if isinstance(exc, OSError):
+        name = exc.filename if isinstance(exc.filename, str) else None
+        ours = name is not None and any(name == p or name.startswith(p + os.sep) for p in (temp, target) if p)
+        if ours or (name is None and exc.errno in _WRITE_ERRNOS):
+            return _cannot_write(target, exc)
+    return None
 
 
 def _publish(work: str, target: str, overwrite: bool) -> None:
-    """Renames the finished directory into place: readers see no DST or a whole one."""
-    if not os.path.lexists(target):
-        os.rename(work, target)
+    """Renames the finished directory into place: readers see no DST or a whole one. A savepoint
+    it replaces is removed only once the new one is in place."""
+    if not (overwrite and os.path.lexists(target)):
+        if not _rename(work, target, _RENAME_NOREPLACE):
+            raise UnsupportedError(f"the destination {target} appeared while writing", hint="Pass --overwrite")
         return
-    if not overwrite:
-        raise UnsupportedError(f"the destination {target} appeared while writing", hint="Pass --overwrite")
-    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.replaced-", dir=os.path.dirname(target))
+    _check_replaceable(target)  # again: files may have been added to it while statecat wrote
+    if _rename(work, target, _RENAME_EXCHANGE):
+        _remove_savepoint(work, target)  # the old savepoint, swapped into the temporary directory
+        return
+    # No atomic exchange here: the old savepoint waits beside DST (never in a marked temporary
+    # directory, which a later write would remove even if the second rename never happened).
+    aside = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.statecat-replaced-", dir=os.path.dirname(target))
     os.rmdir(aside)
     os.rename(target, aside)
-    os.rename(work, target)
-    shutil.rmtree(aside, ignore_errors=True)
+    try:
+        os.rename(work, target)
+    except BaseException:
+        os.rename(aside, target)
+        raise
+    _remove_savepoint(aside, target)
+
+
+def _remove_savepoint(directory: str, target: str) -> None:
+    """Removes a replaced savepoint's files, and nothing else: an entry added since the check keeps
+    its directory, moved beside DST. Failing here fails no write: the new DST is in place."""
+    try:
+        for name in os.listdir(directory):
+            path = os.path.join(directory, name)
+            if _SAVEPOINT_FILE.fullmatch(name) and stat.S_ISREG(os.lstat(path).st_mode):
+                os.unlink(path)
+        try:
+            os.rmdir(directory)
+        except OSError:
+            parent, name = os.path.split(target)
+            kept = os.path.join(parent, f".{name}.statecat-kept-{uuid.uuid4().hex[:8]}")
+            os.rename(directory, kept)  # not empty, unmarked: no cleaner removes it
+            log.warning("the replaced %s held files that are not a savepoint's: they are kept in %s", target, kept)
+    except OSError as exc:
+        log.warning("the savepoint %s replaced could not be removed from %s: %s", target, directory, exc)
+
+
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2  # renameat2(2) flags
+
+
+def _rename(source: str, target: str, flag: int) -> bool:
+    """renameat2 with ``flag``: False when ``target`` exists (NOREPLACE). Without renameat2 (not
+    Linux, or a filesystem without it) NOREPLACE is a check then a rename, EXCHANGE returns False."""
+    libc_rename = _renameat2()
+    if libc_rename is not None:
+        if libc_rename(_AT_FDCWD, os.fsencode(source), _AT_FDCWD, os.fsencode(target), flag) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err in (errno.EEXIST, errno.ENOTEMPTY) and flag == _RENAME_NOREPLACE:
+            return False
+        if err not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP):
+            raise OSError(err, os.strerror(err), target)
+    if flag == _RENAME_EXCHANGE:
+        return False
+    if os.path.lexists(target):
+        return False
+    os.rename(source, target)
+    return True
+
+
+_AT_FDCWD = -100
+
+
+@functools.cache
+def _renameat2() -> Any:
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
 
 
 def _write_state_info(work: str, provenance: dict | None) -> None:
-    from statecat.statemeta.stateinfo import STATE_INFO_FILE, to_state_info
+    from statecat.statemeta.stateinfo import to_state_info
 
     doc = to_state_info(load_state_meta(work, use_state_info=False))
     if provenance is not None:
@@ -309,6 +525,16 @@ class _Output:
     def __init__(self, directory: str, summary: WriteSummary) -> None:
         self.directory = directory
         self.summary = summary
+        self.open_sinks: set[_StreamSink] = set()
+
+    def __enter__(self) -> _Output:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # A failed write (a full disk, a signal) keeps no file open: an open file of the removed
+        # directory would hold its space, and its mount busy, until the garbage collector ran.
+        for sink in list(self.open_sinks):
+            sink.close()
 
     def write_file(self, name: str, data: bytes) -> None:
         with open(os.path.join(self.directory, name), "wb") as f:
@@ -355,17 +581,24 @@ class _StreamSink:
         self.output = output
         self.name = str(uuid.uuid4())
         self.path = os.path.join(output.directory, self.name)
-        self.file = open(self.path, "wb")  # noqa: SIM115 (closed in finish)
+        self.file = open(self.path, "wb")  # noqa: SIM115 (closed in finish, or by the output's end)
+        output.open_sinks.add(self)
         self.position = 0
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.file.write(data)
         self.position += len(data)
 
+    def close(self) -> None:
+        self.output.open_sinks.discard(self)
+        with contextlib.suppress(OSError):  # the error that stopped the write is the one to report
+            self.file.close()
+
     def finish(self, keep_file: bool = False) -> WrittenStream:
         self.file.flush()
         os.fsync(self.file.fileno())
         self.file.close()
+        self.output.open_sinks.discard(self)
         self.output.summary.bytes_written += self.position
         if keep_file or self.position >= INLINE_THRESHOLD:
             return RelativeFile(self.name, self.position)
@@ -445,7 +678,8 @@ def rebuild_keyed_stream(
     raw = next(op for op in meta.metadata.operators if op.id == job.operator_id)
     subtask = next(s for s in raw.subtasks if s.index == job.subtask)
     summary = WriteSummary(meta.path, directory, meta.metadata.version, 0)
-    handle = _keyed(meta, operator, job.operator_id, subtask, editor, _Output(directory, summary))
+    with _Output(directory, summary) as out:
+        handle = _keyed(meta, operator, job.operator_id, subtask, editor, out)
     if handle is None:
         raise UnsupportedError(f"operator {operator.label} subtask {job.subtask} has no keyed state to rebuild")
     return handle, {name: getattr(summary, name) for name in COUNTS}
@@ -827,8 +1061,8 @@ class _Rekey:
         from statecat.readers.keygroups import key_group_for
 
         spill = tempfile.mkdtemp(prefix=".rekey-", dir=self.out.directory)
+        files: dict[int, Any] = {}
         try:
-            files: dict[int, Any] = {}
             header: bytes | None = None
             header_states: _StreamStates | None = None
             codecs: dict[str, EntryCodec] = {}
@@ -879,6 +1113,9 @@ class _Rekey:
             assert header is not None and header_states is not None
             return self._write(spill, header, header_states)
         finally:
+            for sink in files.values():  # closed already unless the write failed
+                with contextlib.suppress(OSError):
+                    sink.close()
             shutil.rmtree(spill, ignore_errors=True)
 
     def _write(self, spill: str, header: bytes, states: _StreamStates) -> tuple[SubtaskOut, ...]:

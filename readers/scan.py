@@ -1033,7 +1033,7 @@ def scanner_for(
 def _hashable(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((k, _hashable(v)) for k, v in value.items()))
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):  # a map's pairs are tuples, whose values may be structs
         return tuple(_hashable(v) for v in value)
     return value
 

@@ -7,6 +7,7 @@ whose message names the file, the byte offset, what was expected and what to do 
 from __future__ import annotations
 
 import difflib
+import signal
 from collections.abc import Iterable
 
 
@@ -67,6 +68,17 @@ class StateFileError(StatecatError):
 
 class LookupFailedError(StatecatError):
     """An operator or state the user named does not exist, or the name is ambiguous."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped the work (a KeyboardInterrupt, so code that lets Ctrl-C through
+    lets both through). The CLI prints it as one line and exits 128 + ``signum``, as a process
+    the signal killed would."""
+
+    def __init__(self, signum: int, message: str | None = None) -> None:
+        self.signum = signum
+        self.message = message or f"interrupted by {signal.Signals(signum).name}"
+        super().__init__(self.message)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from statecat.catalog.spark.edits import SqlEditor, plan_statements, write_savepoint
+from statecat.catalog.spark.edits import ChangesEditor
 from statecat.readers import SavepointReader, diff_savepoints
 from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, build_decoder
 from statecat.readers.encoders import TtlValue, encode
@@ -31,6 +31,7 @@ from statecat.readers.savepoint_writer import write_savepoint as write_canonical
 from statecat.readers.ttl import heap_value_decoder, split
 from statecat.statemeta.model import StateMeta, load_state_meta
 from statecat.statemeta.types import TypeDescriptor
+from tests.fixtures.edits import write_savepoint
 from tests.fixtures.expected import CASES, case_dir, is_successive, phases
 from tests.test_write_sql import _stored_value
 
@@ -225,16 +226,24 @@ def test_writing_list_and_map_states_keeps_sets_or_stamps_each_timestamp(stamped
     k_map, k_map2 = [k for k, r in per_tag.items() if r["value"]][:2]
     kept_tag, kept_value = per_tag[k_map]["value"][0]
     before = int(time.time() * 1000)
-    statements = [
-        # the list's timestamps go by position: the elements kept keep theirs, the one appended gets the write time
-        f"UPDATE items SET value = array({', '.join(f'value[{i}]' for i in range(n))}, 'new:1') WHERE key = '{k_list}'",
-        # the kept map key keeps its timestamp, a new one gets the write time
-        f"UPDATE per_tag SET value = map('{kept_tag}', {kept_value}, 'brand_new', 9) WHERE key = '{k_map}'",
-        # an explicit timestamp wins
-        f"UPDATE per_tag SET value = map('only', 1), ttl_timestamp = map('only', 42) WHERE key = '{k_map2}'",
+    # The rows Spark gives for these UPDATEs (the TTL states here are typed in memory, which the
+    # flinkstate source cannot see): a SET of value keeps the ttl_timestamp column as it was.
+    # UPDATE items SET value = array(value[0], …, 'new:1'): the timestamps go by position, the
+    # element appended has none and gets the write time.
+    old_list = items[k_list]
+    new_list = {**old_list, "value": old_list["value"] + ["new:1"]}
+    # UPDATE per_tag SET value = map(kept, v, 'brand_new', 9): the kept key keeps its timestamp.
+    old_map = per_tag[k_map]
+    new_map = {**old_map, "value": [(kept_tag, kept_value), ("brand_new", 9)]}
+    # UPDATE per_tag SET value = map('only', 1), ttl_timestamp = map('only', 42): given, it wins.
+    old_map2 = per_tag[k_map2]
+    new_map2 = {**old_map2, "value": [("only", 1)], "ttl_timestamp": [("only", 42)]}
+    changes = [
+        (OPERATOR, "items", [old_list], [new_list]),
+        (OPERATOR, "per_tag", [old_map, old_map2], [new_map, new_map2]),
     ]
     out = tmp_path / "edited"
-    write_canonical(meta, str(out), editor=SqlEditor(meta, plan_statements(meta, statements)))
+    write_canonical(meta, str(out), editor=ChangesEditor(meta, changes))
     after = int(time.time() * 1000)
     edited = SavepointReader(_with_ttl(load_state_meta(str(out))))
     new_items = {r["key"]: r for r in edited.table("items", OPERATOR).to_pylist()}

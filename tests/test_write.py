@@ -260,8 +260,14 @@ def test_existing_destination_is_refused_without_overwrite(tmp_path):
     with pytest.raises(StatecatError, match="exists"):
         write_savepoint(src, str(dst))
     assert (dst / "keep").read_text() == "x"
+    with pytest.raises(StatecatError, match="replaces only a savepoint.*'keep'"):  # tests/test_write_files.py
+        write_savepoint(src, str(dst), overwrite=True)
+    assert (dst / "keep").read_text() == "x"
+    (dst / "keep").unlink()
+    dst.rmdir()
+    write_savepoint(src, str(dst))
     write_savepoint(src, str(dst), overwrite=True)
-    assert not (dst / "keep").exists() and (dst / "_metadata").exists()
+    assert (dst / "_metadata").exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 

@@ -10,8 +10,8 @@ from collections import Counter
 
 import pytest
 
-from statecat.catalog.spark.edits import write_savepoint
-from tests.fixtures.expected import phases, savepoint_dir
+from tests.fixtures.edits import write_savepoint
+from tests.fixtures.expected import load_expected, phases, savepoint_dir
 from tests.fixtures.restore import restore_and_continue
 from tests.test_restore_harness import (
     GROUPBY_EXTRA,
@@ -109,6 +109,41 @@ def test_a_checkpoint_rewritten_as_a_savepoint_restores(tmp_path, source):
     _check_groupby(out, acc)
 
 
+def test_keys_copied_back_from_older_checkpoints(tmp_path):
+    """Two keys' state put back as older retained checkpoints had it: DELETE, then INSERT ... SELECT
+    from a view of the older checkpoint's table in the same Spark session. key_662 comes from
+    phase 1's incremental RocksDB checkpoint, key_700 from phase 2's (which shares phase 1's SST
+    files); the restored GROUP BY retracts exactly those older values."""
+    from statecat.catalog.servers.sessions import session
+
+    case = "sql_groupby_successive_2.3"
+    first, second, last = phases(case)
+    copied = {"key_662": (first, "older_phase_1"), "key_700": (second, "older_phase_2")}
+    spark = session()
+    for phase, view in copied.values():
+        reader = spark.read.format("flinkstate").option("path", str(phase["checkpoint"])).option("state", "accState")
+        reader.load().createOrReplaceTempView(view)
+    sql = [f"DELETE FROM accstate WHERE key IN ({', '.join(repr(k) for k in copied)})"]
+    sql += [f"INSERT INTO accstate SELECT * FROM {view} WHERE key = '{key}'" for key, (_, view) in copied.items()]
+    dst = tmp_path / "copied"
+    try:
+        result = write_savepoint(str(last["savepoint"]), str(dst), sql=sql)
+    finally:
+        for _, view in copied.values():
+            spark.catalog.dropTempView(view)
+    assert [s.matched for s in result.statements] == [2, 1, 1]
+    acc = _phase_state(last)
+    for key, (phase, _) in copied.items():
+        assert _phase_state(phase)[key] != acc[key]  # the key did change since
+        acc[key] = _phase_state(phase)[key]
+    out = restore_and_continue(case, dst, GROUPBY_EXTRA, timeout=TIMEOUT)
+    _check_groupby(out, acc)
+    for key, (phase, _) in copied.items():
+        first_row = out[[r["word"] for r in out].index(key)]
+        older = _phase_state(phase)[key]
+        assert first_row == {"op": "-U", "word": key, "cnt": older["f0"], "total": older["f1"]}
+
+
 def test_restore_after_max_parallelism_change(tmp_path):
     case = "sql_groupby_hashmap_2.3"
     dst = tmp_path / "rescaled"
@@ -147,6 +182,87 @@ def test_keyed_function_sees_the_edited_states(tmp_path, case):
         _state_rows(case, "count")["k_0"] + 101,
         ["edited", "t1:5"],
         {"t1": 1005},
+    )
+
+
+EVENT_BASE = 1_700_000_000_000  # datastream_keyed.py: a key's event timer at EVENT_BASE + v0 * 1000
+K17_SECOND_TIMER = EVENT_BASE + 999_000
+ELEMENT_EDITS = [
+    # ListState: one element removed (array_remove; filter), the others kept in order
+    "UPDATE items SET value = array_remove(value, 't3:616') WHERE key = 'k_0'",
+    "UPDATE items SET value = filter(value, x -> x != 't3:931') WHERE key = 'k_17'",
+    # MapState: one entry changed, one removed, one added; the others kept
+    "UPDATE per_tag SET value = transform_values(value, (k, v) -> IF(k = 't3', v + 1000, v)) WHERE key = 'k_0'",
+    "UPDATE per_tag SET value = map_filter(value, (k, v) -> k != 't1') WHERE key = 'k_33'",
+    "UPDATE per_tag SET value = map_concat(value, map('t7', 7L)) WHERE key = 'k_17'",
+    # a second event-time timer for a key that has one
+    f"INSERT INTO timer_state_event_user_timers VALUES ('k_17', NULL, {K17_SECOND_TIMER})",
+]
+
+
+def _remove_one(items: list, element: str) -> list:
+    assert items.count(element) == 1, (element, items)
+    return [x for x in items if x != element]
+
+
+def _fired_event_timers(case: str, states: dict, extra: list) -> Counter:
+    """(key, timestamp) of every event-time timer a MAX_WATERMARK fires after `extra`: the stored
+    ones (expected.json), and one per key new in `extra` (the function registers it on a key's first
+    record, at EVENT_BASE + v * 1000)."""
+    fired = Counter(_state_rows(case, "_timer_state/event_user-timers").items())
+    seen = set(states["count"])
+    for key, v, _ in extra:
+        if key not in seen:
+            fired[key, EVENT_BASE + v * 1000] += 1
+            seen.add(key)
+    return fired
+
+
+def test_list_and_map_elements_and_a_second_timer(tmp_path):
+    """Element-wise edits of a ListState and a MapState (Spark's array_remove, filter,
+    transform_values, map_filter, map_concat) and a second event-time timer for a key: the restored
+    PyFlink function reads exactly the edited list and map, and a drained stop (MAX_WATERMARK)
+    fires both of k_17's timers, once each, with every other stored timer."""
+    case = "datastream_thread_2.3"
+    dst = tmp_path / "edited"
+    result = write_savepoint(str(savepoint_dir(case)), str(dst), sql=ELEMENT_EDITS)
+    assert [s.matched for s in result.statements] == [1] * len(ELEMENT_EDITS)
+    assert result.warnings == []
+    out = restore_and_continue(case, dst, KEYED_EXTRA, timeout=TIMEOUT, job_args=["--fire-event-timers"])
+    records = [r for r in out if "timer" not in r]
+    timers = [r for r in out if "timer" in r]
+
+    states = {n: dict(_state_rows(case, n)) for n in ("count", "items", "per_tag", "max_v", "avg", "info")}
+    items, per_tag = states["items"], states["per_tag"]
+    items["k_0"] = _remove_one(items["k_0"], "t3:616")
+    items["k_17"] = _remove_one(items["k_17"], "t3:931")
+    per_tag["k_0"] = {**per_tag["k_0"], "t3": per_tag["k_0"]["t3"] + 1000}
+    per_tag["k_33"] = {k: v for k, v in per_tag["k_33"].items() if k != "t1"}
+    per_tag["k_17"] = {**per_tag["k_17"], "t7": 7}
+    want = keyed_outputs(case, KEYED_EXTRA, states)
+    assert _per_key(records, "key") == _per_key(want, "key")
+    assert len(records) == len(want)
+
+    stored_items, stored_tags = _state_rows(case, "items"), _state_rows(case, "per_tag")
+    k0 = _per_key(records, "key")["k_0"][0]
+    assert k0["items"] == [x for x in stored_items["k_0"] if x != "t3:616"] + ["t1:5"]
+    assert k0["per_tag"] == {
+        **stored_tags["k_0"],
+        "t3": stored_tags["k_0"]["t3"] + 1000,
+        "t1": stored_tags["k_0"]["t1"] + 5,
+    }
+    k17 = _per_key(records, "key")["k_17"][0]
+    assert k17["items"] == [x for x in stored_items["k_17"] if x != "t3:931"] + ["t0:3"]
+    assert k17["per_tag"] == {**stored_tags["k_17"], "t0": stored_tags["k_17"]["t0"] + 3, "t7": 7}
+    assert _per_key(records, "key")["k_33"][0]["per_tag"] == {"t0": stored_tags["k_33"]["t0"], "t1": 0}
+
+    assert {r["domain"] for r in timers} == {"event"}  # processing timers are in 2100
+    fired = Counter((r["key"], r["timer"]) for r in timers)
+    want_fired = _fired_event_timers(case, states, KEYED_EXTRA)
+    want_fired["k_17", K17_SECOND_TIMER] += 1
+    assert fired == want_fired
+    assert sorted(t for k, t in fired.elements() if k == "k_17") == sorted(
+        [_state_rows(case, "_timer_state/event_user-timers")["k_17"], K17_SECOND_TIMER]
     )
 
 
@@ -338,3 +454,143 @@ def test_java_pojo_function_sees_the_edited_states(tmp_path, case, backend):
     assert k50["new"] is True and k50["summary"] == {"name": "zoë", "count": 1, "total": 0.75}
     assert k50["history"][:-1] == [[h["f0"], h["f1"]] for h in pojo_states(case)["history"]["k_50"]]
     assert _per_key(out, "key")["k_ins"][0]["summary"] == {"name": "bob", "count": 42, "total": 0.75}
+
+
+# --------------------------------------------------------------------------- Kryo values (Java type matrix)
+
+KRYO_EDITS = [
+    # fields of k_0's Rec: ints, a string, a null box set, the JDK list (with a null) and map
+    # replaced, the Labelled child and the registered Stamp replaced
+    "UPDATE kryo_value SET value.i = value.i + 1000, value.ascii = 'edited ✓', value.boxed = 77,"
+    " value.list = array('x', NULL, 'zoë'), value.map = map('x', 7, 'y', NULL),"
+    " value.child = named_struct('base', 'b-edit', 'weight', -1),"
+    " value.stamp = named_struct('at', value.stamp.at + 1, 'by', 'edited-by') WHERE key = 'k_0'",
+    # a null child (and string) set: Kryo now writes a Labelled where it wrote null
+    "UPDATE kryo_value SET value.child = named_struct('base', 'new child', 'weight', 5), value.none = 'set'"
+    " WHERE key = 'k_1'",
+    # a child and a box cleared
+    "UPDATE kryo_value SET value.child = NULL, value.boxed = NULL WHERE key = 'k_2'",
+    # a new key's value: k_3's Rec, copied
+    "INSERT INTO kryo_value (key, value) SELECT 'k_ins', value FROM kryo_value WHERE key = 'k_3'",
+    # a Kryo ListState's element removed, a Kryo MapState's entry replaced and another removed
+    "UPDATE kryo_list SET value = filter(value, (r, i) -> i != 1) WHERE key = 'k_0'",
+    "UPDATE kryo_map SET value = map_filter(transform_values(value, (k, v) -> IF(k = '', value['ann'], v)),"
+    " (k, v) -> k != 'zoë') WHERE key = 'k_0'",
+]
+KRYO_EXTRA = [  # (key, n, x, s), n past the fixture's records
+    ("k_0", 1000, 123, "ann"),
+    ("k_1", 1001, 10, "zoë"),
+    ("k_2", 1002, 4, ""),
+    ("k_3", 1003, 1, "日本"),  # unedited
+    ("k_ins", 1004, 2, "b"),
+    ("k_0", 1005, -7, "b"),
+    ("k_new", 1006, 5, "b"),
+]
+
+
+def _matrix_states(case: str) -> dict:
+    """{state: {key: value}} of the matrix states the output shows, from expected.json."""
+    names = ("count", "names", "name_counts", "kryo_value", "kryo_list", "kryo_map")
+    return {n: copy.deepcopy(_state_rows(case, n)) for n in names}
+
+
+def _edited_matrix(case: str) -> dict:
+    """KRYO_EDITS applied to the matrix states in plain Python."""
+    st = _matrix_states(case)
+    value, kryo_list, kryo_map = st["kryo_value"], st["kryo_list"], st["kryo_map"]
+    k0 = value["k_0"]
+    k0.update(
+        i=k0["i"] + 1000,
+        ascii="edited ✓",
+        boxed=77,
+        list=["x", None, "zoë"],
+        map={"x": 7, "y": None},
+        child={"base": "b-edit", "weight": -1},
+        stamp={"at": k0["stamp"]["at"] + 1, "by": "edited-by"},
+    )
+    value["k_1"].update(child={"base": "new child", "weight": 5}, none="set")
+    value["k_2"].update(child=None, boxed=None)
+    value["k_ins"] = copy.deepcopy(value["k_3"])
+    del kryo_list["k_0"][1]
+    kryo_map["k_0"] = {
+        k: copy.deepcopy(kryo_map["k_0"]["ann"] if k == "" else v) for k, v in kryo_map["k_0"].items() if k != "zoë"
+    }
+    return st
+
+
+def matrix_outputs(states: dict, extra: list) -> list:
+    """What JavaTypeMatrix.java's function prints per record of `extra` on top of `states`
+    (_matrix_states' form): the record, the count and Kryo value before its update, the Kryo list
+    and map after it (the new Rec as tests/fixtures/matrix_kinds.py builds it)."""
+    from tests.fixtures.matrix_kinds import JavaTypeMatrix
+
+    st = copy.deepcopy(states)
+    out = []
+    for key, n, x, s in extra:
+        before, value_before = st["count"].get(key), st["kryo_value"].get(key)
+        c = (before or 0) + 1
+        names = st["names"].setdefault(key, [])
+        names.append(s)
+        counts = st["name_counts"].setdefault(key, {})
+        counts[s] = counts.get(s, 0) + 1
+        rec = JavaTypeMatrix.rec(n, x, s, c, names, counts)
+        st["count"][key] = c
+        st["kryo_value"][key] = rec
+        st["kryo_list"].setdefault(key, []).append(rec)
+        st["kryo_map"].setdefault(key, {})[s] = rec
+        out.append(
+            {
+                "key": key,
+                "n": n,
+                "x": x,
+                "s": s,
+                "count_before": before,
+                "kryo_value_before": copy.deepcopy(value_before),
+                "kryo_list": copy.deepcopy(st["kryo_list"][key]),
+                "kryo_map": copy.deepcopy(st["kryo_map"][key]),
+            }
+        )
+    return out
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "java_type_matrix_2.3_hashmap",  # Kryo 5
+        "java_type_matrix_1.20_rocksdb",  # Kryo 2.24 (other byte order), RocksDB
+    ],
+)
+def test_java_function_reads_the_edited_kryo_values(tmp_path, case):
+    """Kryo values (JavaTypeMatrix.Rec: FieldSerializer, a registered class, a subclass, JDK list
+    and map, a back-reference) edited with the job's classes on the classpath: the restored Java
+    function's own Kryo reads exactly the edited Recs, and every other state of the matrix (POJOs,
+    tuples, rows, enums, TTL, a custom Kryo serializer's bytes) restores with them."""
+    from statecat.statemeta.descriptors import DescriptorSet
+    from tests.fixtures.runtime import java_job_jar
+
+    jar = java_job_jar("java_type_matrix", load_expected(case)["flink_version"])
+    dst = tmp_path / "edited"
+    result = write_savepoint(
+        str(savepoint_dir(case)), str(dst), sql=KRYO_EDITS, descriptors=DescriptorSet({}).with_classpath([str(jar)])
+    )
+    assert [s.matched for s in result.statements] == [1] * len(KRYO_EDITS)
+    out = restore_and_continue(case, dst, KRYO_EXTRA, timeout=TIMEOUT)
+    edited = _edited_matrix(case)
+    want = matrix_outputs(edited, KRYO_EXTRA)
+    assert _per_key(out, "key") == _per_key(want, "key")
+    assert len(out) == len(want)
+    got = _per_key(out, "key")
+    k0 = got["k_0"][0]["kryo_value_before"]
+    assert (k0["i"], k0["ascii"], k0["boxed"], k0["list"], k0["map"]) == (
+        _matrix_states(case)["kryo_value"]["k_0"]["i"] + 1000,
+        "edited ✓",
+        77,
+        ["x", None, "zoë"],
+        {"x": 7, "y": None},
+    )
+    assert got["k_1"][0]["kryo_value_before"]["child"] == {"base": "new child", "weight": 5}
+    assert got["k_2"][0]["kryo_value_before"]["child"] is None
+    assert got["k_ins"][0]["kryo_value_before"] == _matrix_states(case)["kryo_value"]["k_3"]
+    assert got["k_ins"][0]["count_before"] is None
+    assert len(got["k_0"][0]["kryo_list"]) == len(_matrix_states(case)["kryo_list"]["k_0"])  # one gone, one added
+    assert "zoë" not in got["k_0"][0]["kryo_map"] and got["k_0"][0]["kryo_map"][""] == edited["kryo_map"]["k_0"]["ann"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from statecat.catalog.spark.edits import write_savepoint
+from tests.fixtures.edits import write_savepoint
 from tests.fixtures.expected import savepoint_dir
 from tests.fixtures.restore import restore_and_continue
 from tests.test_restore_harness import KEYED_EXTRA, TIMEOUT, _per_key, _state_rows, keyed_outputs

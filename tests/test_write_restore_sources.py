@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from statecat.catalog.spark.edits import write_savepoint
+from tests.fixtures.edits import write_savepoint
 from tests.fixtures.restore import restore_and_continue
 
 pytestmark = pytest.mark.live_flink

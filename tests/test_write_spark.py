@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from statecat.catalog.spark.edits import write_savepoint
 from statecat.statemeta.metadata import InlineStream, read_metadata
+from tests.fixtures.edits import write_savepoint
 from tests.fixtures.expected import savepoint_dir
 
 
@@ -51,7 +51,7 @@ def _keyed_streams(directory: Path) -> dict:
 )
 def test_spark_tasks_write_the_same_savepoint(tmp_path, spark, case, statements):
     local = write_savepoint(str(savepoint_dir(case)), str(tmp_path / "local"), sql=statements)
-    parallel = write_savepoint(str(savepoint_dir(case)), str(tmp_path / "spark"), sql=statements, spark=spark)
+    parallel = write_savepoint(str(savepoint_dir(case)), str(tmp_path / "spark"), sql=statements, engine="spark")
     assert _keyed_streams(tmp_path / "spark") == _keyed_streams(tmp_path / "local")
     assert [s.matched for s in parallel.statements] == [s.matched for s in local.statements]
     assert parallel.summary.key_groups_rebuilt == local.summary.key_groups_rebuilt > 0

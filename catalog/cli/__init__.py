@@ -12,8 +12,9 @@ that a mistake in the arguments answers at once; commands that start Spark check
 names and options before they do.
 
 Errors statecat raises on purpose (``StatecatError``) and errors Spark reports for a query or a
-savepoint (see ``catalog.spark.errors``) print as one line on stderr with exit code 2; nothing else
-is caught, so a bug still shows its traceback.
+savepoint (see ``catalog.spark.errors``) print as one line on stderr with exit code 2; a write that
+SIGINT or SIGTERM stopped (``Interrupted``) prints one line and exits 130 or 143; nothing else is
+caught, so a bug still shows its traceback.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 from types import ModuleType
 
 from statecat.catalog.spark.errors import spark_error_message, spark_error_types
-from statecat.statemeta.errors import StatecatError
+from statecat.statemeta.errors import Interrupted, StatecatError
 
 COMMANDS = [
     "inspect",
@@ -137,5 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USER_ERROR
     except BrokenPipeError:
         return 0
+    except Interrupted as exc:  # SIGINT or SIGTERM during a write: its message says what is left
+        print(f"statecat: {exc.message}", file=sys.stderr)
+        return 128 + exc.signum
     except KeyboardInterrupt:
         return 130

@@ -6,19 +6,28 @@ only read. With no edits the command pins a retained checkpoint as a self-contai
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from statecat.catalog.cli.options import add_descriptors_argument, descriptors_of
 from statecat.statemeta.errors import StatecatError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 HELP = "write a new savepoint: SQL edits of state, dropped operators, new uids"
 DESCRIPTION = (
     "Writes SRC (a canonical or native savepoint, or a retained heap or RocksDB checkpoint) as a "
     "canonical savepoint at DST, which Flink restores into either state backend. Edits run in "
-    "order: UPDATE t SET … WHERE …, DELETE FROM t WHERE …, INSERT INTO t VALUES …, on the keyed "
-    "state and timer tables of `statecat inspect` (columns key, namespace, value). Untouched "
-    "operators, states and key-groups keep their bytes."
+    "order, evaluated by Spark (the home's server when one runs, else a local session): UPDATE t SET … "
+    "WHERE …, DELETE FROM t WHERE …, INSERT INTO t VALUES … | SELECT …, MERGE INTO t USING … ON … WHEN …, "
+    "on the state tables of `statecat inspect`: keyed state and timers (columns key, namespace, value), "
+    "operator state such as source splits and broadcast state (value, subtask) and the source "
+    "coordinator. Other tables are read by their qualified names. Untouched operators, states and "
+    "key-groups keep their bytes."
 )
 
 
@@ -30,7 +39,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="STATEMENT",
-        help="an UPDATE, DELETE or INSERT (repeatable, in order)",
+        help="an UPDATE, DELETE, INSERT or MERGE (repeatable, in order), in Spark SQL",
     )
     parser.add_argument(
         "--drop-operator", action="append", default=[], metavar="ID|UID|NAME", help="leave an operator's state out"
@@ -55,7 +64,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="spark: rebuild the subtasks' keyed streams as parallel Spark tasks (local Spark, or the cluster "
         "spark.master names); DST must be on storage every executor writes to",
     )
-    parser.add_argument("--overwrite", action="store_true", help="replace DST if it exists")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace DST if it is a savepoint: a directory holding _metadata and nothing but stateInfo and "
+        "Flink's state files; anything else (a file, other files or directories in it) is refused before "
+        "anything is written. The old savepoint is removed once the new one is in place",
+    )
     parser.add_argument("--format", choices=("text", "json"), default="text", help="how to print the summary")
     add_descriptors_argument(parser)
 
@@ -78,11 +93,16 @@ def run(args: argparse.Namespace) -> int:
     read_metadata(args.src)  # a wrong SRC answers before the writer's imports (the readers compile with numba)
     from statecat.catalog.spark.edits import write_savepoint
 
-    spark = None
-    if args.engine == "spark":
+    spark: Callable[[], SparkSession] | None = None
+    if args.engine == "spark":  # tasks need a SparkContext: this process's Spark, not a Connect client
         from statecat.catalog.servers.sessions import session
 
-        spark = session  # started by write_savepoint once the statements, operators and DST are checked
+        spark = functools.partial(session, quiet=True)
+    elif args.sql:
+        from statecat.catalog.servers.home_server import edit_session
+
+        spark = edit_session
+    # Spark starts only once the statements, operators and DST are checked.
     result = write_savepoint(
         args.src,
         args.out,
@@ -92,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         max_parallelism=args.max_parallelism,
         overwrite=args.overwrite,
         spark=spark,
+        engine=args.engine,
         descriptors=descriptors,
     )
     for warning in result.warnings:

@@ -156,6 +156,18 @@ def session(home: str | None = None, *, local: bool = False, **local_options: An
     return connect(ensure_server(home_dir))
 
 
+def edit_session(home: str | None = None) -> SparkSession:
+    """Where ``statecat write`` evaluates statements: the home's server over Spark Connect when one
+    runs (about a second), else this process's Spark (started now; a write does not start a server)."""
+    home_dir = server_home(home)
+    info = live_server(home_dir) if home_dir is not None else None
+    if info is not None and info.connect_url is not None:
+        return connect(info)
+    from statecat.catalog.servers.sessions import session as local_session
+
+    return local_session(home, quiet=True)
+
+
 def stop_server(home: str, timeout: float = 60.0) -> bool:
     """Stops the home's server if one runs (SIGTERM, then waits); whether one was running."""
     import signal

@@ -51,7 +51,13 @@ SESSION_SETTINGS = {
 PYTHON_ERROR_ECHO_LOGGERS = ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
 LOG_PATTERN = "%d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex"
 # The JVM's per-task failure logs only repeat an error the caller gets anyway.
-TASK_FAILURE_ECHOES = {"org.apache.spark.executor.Executor": "off", "org.apache.spark.scheduler.TaskSetManager": "off"}
+TASK_FAILURE_ECHOES = {
+    "org.apache.spark.executor.Executor": "off",
+    "org.apache.spark.scheduler.TaskSetManager": "off",
+    # A failed write (an edit's INSERT that Spark refused at run time) logs the task's and the job's abort.
+    "org.apache.spark.util.Utils": "off",
+    "org.apache.spark.sql.execution.datasources.FileFormatWriter": "off",
+}
 # Hive warns about every HiveConf name Spark does not define; Hadoop about its missing native code.
 HIVE_NOISE = {"org.apache.hadoop.hive.conf.HiveConf": "error", "org.apache.hadoop.util.NativeCodeLoader": "error"}
 

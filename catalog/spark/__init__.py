@@ -10,9 +10,9 @@ What lives here, by job:
   (``attach``), ``relocation`` (``detach``, ``relocate``), ``catalog_views`` (``statecat.states``,
   ``statecat.operators``) and ``sql_forms`` (``statecat.key_view``, ``statecat.diff``);
 * ``queries``: SQL over attached savepoints, creating the databases a query names first;
-* state surgery: ``edits`` (statements understood against a savepoint's tables, the key-group
-  editor ``statecat write`` runs) and ``edit_sql`` (their expressions typed and evaluated with
-  Spark SQL's semantics, row by row, without a JVM).
+* state surgery: ``edit_plan`` (statements parsed by sqlglot and checked against a savepoint's
+  tables), ``edit_spark`` (Spark evaluates them on working copies of the rows they can touch) and
+  ``edits`` (what changed, applied key-group by key-group by the writer ``statecat write`` runs).
 
 May import: ``statemeta``, ``readers``, ``catalog.render`` and ``catalog.report``. Not ``catalog.servers``, ``catalog.lake`` or ``catalog.cli``: those build
 on this package. Importing it imports no Spark; its modules import pyspark where they need it.

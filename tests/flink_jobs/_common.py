@@ -334,15 +334,16 @@ def wait_for_restore(rest, path, timeout):
     wait_until(cond, timeout, f"the job to run restored from {path}")
 
 
-def stop_with_savepoint(job_client, target_dir, fmt_name="CANONICAL", timeout=300):
+def stop_with_savepoint(job_client, target_dir, fmt_name="CANONICAL", timeout=300, drain=False):
     """PyFlink's JobClient.stop_with_savepoint has no format argument; call the Java 3-arg
-    overload to pin the format. advanceToEndOfEventTime=False: a MAX_WATERMARK would fire (and
-    clear) every window and event timer before the snapshot."""
+    overload to pin the format. advanceToEndOfEventTime=False unless `drain`: a MAX_WATERMARK
+    fires (and clears) every window and event timer before the snapshot (what a job that must
+    show its timers firing asks for, e.g. datastream_keyed.py --fire-event-timers)."""
     from pyflink.java_gateway import get_gateway
 
     jvm = get_gateway().jvm
     fmt = getattr(jvm.org.apache.flink.core.execution.SavepointFormatType, fmt_name)
-    fut = job_client._j_job_client.stopWithSavepoint(False, target_dir, fmt)
+    fut = job_client._j_job_client.stopWithSavepoint(bool(drain), target_dir, fmt)
     return fut.get(int(timeout), jvm.java.util.concurrent.TimeUnit.SECONDS)
 
 
@@ -424,7 +425,10 @@ def finish(args, rest, job_client, targets):
         path = retained_checkpoint(rest, job_client, args.work)
     else:
         path = stop_with_savepoint(
-            job_client, "file://" + os.path.join(os.path.abspath(args.work), "savepoints"), args.snapshot.upper()
+            job_client,
+            "file://" + os.path.join(os.path.abspath(args.work), "savepoints"),
+            args.snapshot.upper(),
+            drain=getattr(args, "drain", False),
         )
     if path.startswith("file:"):
         path = path[len("file:") :]

@@ -18,13 +18,16 @@ Operator uid "keyed-fn", name "My Keyed Fn", keyed by the String key. Per record
 
 --output FILE: per record the function emits, after its updates, one JSON line with the record
 and every state as the function sees it (`new`: the key had no state before), printed by a print
-sink (`out:<subtask>> {...}`). Without it the function emits the key, to no sink (unchanged).
+sink (`out:<subtask>> {...}`); per timer that fires, one JSON line {"key", "timer": its timestamp,
+"domain": "event" | "processing"}. Without it the function emits the key, to no sink (unchanged).
+--fire-event-timers: the final stop drains (advanceToEndOfEventTime): a MAX_WATERMARK fires every
+event-time timer of every key before the savepoint (the job has no watermarks otherwise).
 """
 
 import json
 
 from pyflink.common import Duration, Types, WatermarkStrategy
-from pyflink.datastream import StreamExecutionEnvironment
+from pyflink.datastream import StreamExecutionEnvironment, TimeDomain
 from pyflink.datastream.connectors.file_system import FileSource, StreamFormat
 from pyflink.datastream.functions import AggregateFunction, KeyedProcessFunction, RuntimeContext
 from pyflink.datastream.state import (
@@ -106,6 +109,11 @@ class AllStates(KeyedProcessFunction):
             sort_keys=True,
         )
 
+    def on_timer(self, timestamp, ctx):
+        if self.emit_states:
+            domain = "event" if ctx.time_domain() == TimeDomain.EVENT_TIME else "processing"
+            yield json.dumps({"key": ctx.get_current_key(), "timer": timestamp, "domain": domain}, sort_keys=True)
+
 
 def parse(line):
     k, v, tag = line.split(",")
@@ -118,6 +126,12 @@ def main():
     p.add_argument("--records", type=int, required=True)
     p.add_argument("--mode", choices=["process", "thread"], default="process")
     p.add_argument("--keyed-uid", default="keyed-fn", help="the keyed function's uid (a restore under a new uid)")
+    p.add_argument(
+        "--fire-event-timers",
+        dest="drain",
+        action="store_true",
+        help="stop with a drain: a MAX_WATERMARK fires every event-time timer before the savepoint",
+    )
     args = p.parse_args()
     args.conf.append(f"python.execution-mode={args.mode}")
     # Timers registered by Python code reach the Java timer service as mailbox actions after

@@ -5,7 +5,7 @@
  *
  *   java ... JavaTypeMatrix --input DIR --records N --work DIR --result FILE
  *        [--backend hashmap|rocksdb] [--parallelism 2] [--max-parallelism 128] [--timeout S]
- *        [--conf KEY=VALUE]... [--restore DIR] [--shape-subclasses true|false]
+ *        [--conf KEY=VALUE]... [--restore DIR] [--output FILE] [--shape-subclasses true|false]
  *
  * Row state: RowSerializer's snapshot keeps no field names (ROW_NAMED or not), so a savepoint
  * shows the row's fields as f0..f3.
@@ -23,11 +23,18 @@
  *
  * Same protocol as DataStreamPojo.java / tests/flink_jobs/_common.py: REST-metric wait until the
  * keyed vertex's numRecordsIn equals --records, then stopWithSavepoint(false, dir, CANONICAL),
- * {"savepoint": path, "job_id": id} to --result.
+ * {"savepoint": path, "job_id": id} to --result. --output FILE (tests/fixtures/restore.py):
+ * System.out goes to FILE and the function emits, per record, one JSON line printed by
+ * print("out"): the record (key, n, x, s), the count and the Kryo value as the function read them
+ * before its update ("count_before", "kryo_value_before": the Rec's serialized fields, null when
+ * none), and the Kryo list and map after it ("kryo_list", "kryo_map"), each Rec as Rec.json()
+ * gives it (by value: `fixed` and `alias` print alike whether or not they are one object).
  */
 
+import java.io.FileOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
+import java.io.PrintStream;
 import java.math.BigDecimal;
 import java.math.BigInteger;
 import java.net.ConnectException;
@@ -81,6 +88,7 @@ import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.util.EnvironmentInformation;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.flink.streaming.api.datastream.SingleOutputStreamOperator;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.streaming.api.functions.KeyedProcessFunction;
 import org.apache.flink.types.Either;
@@ -184,6 +192,13 @@ public class JavaTypeMatrix {
             this.x = x;
             this.y = y;
         }
+
+        Map<String, Object> json() {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("x", x);
+            m.put("y", y);
+            return m;
+        }
     }
 
     public static class Base {
@@ -272,6 +287,46 @@ public class JavaTypeMatrix {
             stamp = new Stamp(n, "st" + c);
             scratch = 99;
         }
+
+        /** The serialized fields (superclass fields first), as tests/fixtures/matrix_kinds.py's rec(). */
+        Map<String, Object> json() {
+            Map<String, Object> m = new LinkedHashMap<>();
+            m.put("i", i);
+            m.put("l", l);
+            m.put("sh", sh);
+            m.put("b", b);
+            m.put("ch", String.valueOf(ch));
+            m.put("bo", bo);
+            m.put("f", f);
+            m.put("d", d);
+            m.put("boxed", boxed);
+            m.put("ascii", ascii);
+            m.put("one", one);
+            m.put("uni", uni);
+            m.put("none", none);
+            m.put("color", color == null ? null : color.name());
+            m.put("fixed", fixed == null ? null : fixed.json());
+            m.put("alias", alias == null ? null : alias.json());
+            Map<String, Object> kid = null;
+            if (child != null) {
+                kid = new LinkedHashMap<>();
+                kid.put("base", child.base);
+                kid.put("weight", child.weight);
+            }
+            m.put("child", kid);
+            m.put("list", list);
+            m.put("map", map);
+            m.put("ints", ints);
+            m.put("strs", strs);
+            Map<String, Object> st = null;
+            if (stamp != null) {
+                st = new LinkedHashMap<>();
+                st.put("at", stamp.at);
+                st.put("by", stamp.by);
+            }
+            m.put("stamp", st);
+            return m;
+        }
     }
 
     /** A Kryo type registered WITH its own serializer: its bytes are the serializer's. */
@@ -323,6 +378,7 @@ public class JavaTypeMatrix {
         // --shape-subclasses true: `shape` holds Circle / Square instances (PojoSerializer writes
         // them tagged, flag 0x08), else only Shape's own (the subclasses are registered either way)
         private final boolean shapeSubclasses;
+        private final boolean emitStates;
         private transient ValueState<Integer> count;
         private transient ValueState<Prims> prims;
         private transient ValueState<String> text;
@@ -357,8 +413,9 @@ public class JavaTypeMatrix {
         private transient ListState<String> names;
         private transient MapState<String, Integer> nameCounts;
 
-        public MatrixFn(boolean shapeSubclasses) {
+        public MatrixFn(boolean shapeSubclasses, boolean emitStates) {
             this.shapeSubclasses = shapeSubclasses;
+            this.emitStates = emitStates;
         }
 
         private <T> ValueState<T> value(String name, TypeInformation<T> type) {
@@ -552,12 +609,34 @@ public class JavaTypeMatrix {
             optional.update(s.isEmpty() ? Optional.empty() : Optional.of(s));
 
             Rec r = new Rec(n, x, s, c, allNames, counts);
+            Rec before = emitStates ? kryoValue.value() : null;
             kryoValue.update(r);
             kryoList.add(r);
             kryoMap.put(s, r);
             custom.update(new Coded(0x5E000000 + (int) n, "coded-" + s));
             Long tc = ttlCount.value();
             ttlCount.update(tc == null ? 1L : tc + 1);
+            if (!emitStates) {
+                return;
+            }
+            Map<String, Object> o = new LinkedHashMap<>();
+            o.put("key", ctx.getCurrentKey());
+            o.put("n", n);
+            o.put("x", x);
+            o.put("s", s);
+            o.put("count_before", old);
+            o.put("kryo_value_before", before == null ? null : before.json());
+            List<Object> list = new ArrayList<>();
+            for (Rec e : kryoList.get()) {
+                list.add(e.json());
+            }
+            o.put("kryo_list", list);
+            Map<String, Object> map = new LinkedHashMap<>();
+            for (Map.Entry<String, Rec> e : kryoMap.entries()) {
+                map.put(e.getKey(), e.getValue().json());
+            }
+            o.put("kryo_map", map);
+            out.collect(JSON.writeValueAsString(o));
         }
     }
 
@@ -639,6 +718,11 @@ public class JavaTypeMatrix {
             int eq = kv.indexOf('=');
             conf.put(kv.substring(0, eq), kv.substring(eq + 1));
         }
+        String output = a.get("output");
+        if (output != null) {
+            // the MiniCluster's tasks run in this JVM: the print sink writes here, whole lines
+            System.setOut(new PrintStream(new FileOutputStream(output, true), true, "UTF-8"));
+        }
         Configuration config = Configuration.fromMap(conf);
         // One entry per class: "<class>: {type: pojo|kryo[, kryo-type: registered, class: ...]}".
         config.set(PipelineOptions.SERIALIZATION_CONFIG, List.of(
@@ -655,12 +739,17 @@ public class JavaTypeMatrix {
                                 Paths.get(a.get("input")).toAbsolutePath().toUri()))
                 .monitorContinuously(Duration.ofSeconds(1))
                 .build();
-        env.fromSource(source, WatermarkStrategy.noWatermarks(), "lines")
+        SingleOutputStreamOperator<String> keyed = env
+                .fromSource(source, WatermarkStrategy.noWatermarks(), "lines")
                 .uid("lines")
                 .keyBy(line -> line.substring(0, line.indexOf(',')), Types.STRING)
-                .process(new MatrixFn(Boolean.parseBoolean(a.get("shape-subclasses"))), Types.STRING)
+                .process(new MatrixFn(Boolean.parseBoolean(a.get("shape-subclasses")), output != null),
+                        Types.STRING)
                 .uid("matrix-fn")
                 .name("Matrix Fn");
+        if (output != null) {
+            keyed.print("out");
+        }
         JobClient client = env.executeAsync("java_type_matrix");
         String jobId = client.getJobID().toString();
         try {
