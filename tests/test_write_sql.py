@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 
@@ -223,8 +224,10 @@ def test_ansi_overflow_fails_the_write_and_leaves_nothing(tmp_path):
 
 
 def statecat(*args: str) -> subprocess.CompletedProcess:
+    # The command's own local Spark, without starting a shared metastore for the test's home
+    env = {**os.environ, "STATECAT_METASTORE": "embedded"}
     return subprocess.run(
-        [sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True, timeout=300, env=env
     )
 
 
@@ -660,7 +663,6 @@ def test_the_same_timer_twice_is_refused(tmp_path):
 def _spark_write(parent, signum: int, delay: float) -> tuple[int, str]:
     """`statecat write --sql` in a process of its own (its own local Spark), sent ``signum`` ``delay``
     seconds after its scratch directory for Spark appears."""
-    import os
     import signal
     import time
 
@@ -696,7 +698,6 @@ def _spark_write(parent, signum: int, delay: float) -> tuple[int, str]:
 
 def test_a_signal_while_spark_evaluates_leaves_nothing(tmp_path):
     """SIGINT and SIGTERM remove the scratch directory; what SIGKILL leaves, the next write removes."""
-    import os
     import random
     import signal
 

@@ -73,6 +73,7 @@ class PlannedStatement:
     spans: tuple[TableSpan, ...]
     key_filter: str | None
     reads_target: bool  # its rows depend on the target's current rows (a pin narrows them)
+    node: exp.Expr  # sqlglot's tree of it, parsed once
     matched: int = 0
 
 
@@ -210,7 +211,7 @@ def _plan(sql: str, tables: dict[str, EditTable], meta: StateMeta) -> PlannedSta
         where = node.args.get("where")
         if where is not None and not named_elsewhere:
             key_filter = _key_filter(where.this, table, target.alias_or_name)
-    return PlannedStatement(sql, kind, table, spans, key_filter, reads_target)
+    return PlannedStatement(sql, kind, table, spans, key_filter, reads_target, node)
 
 
 def _target_table(node: exp.Table, tables: dict[str, EditTable], sql: str) -> EditTable:

@@ -39,7 +39,7 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import Token, TokenType
 
-from statecat.catalog.spark.edit_plan import EditError, EditTable, PlannedStatement, _parse, edit_tables
+from statecat.catalog.spark.edit_plan import EditError, EditTable, PlannedStatement, edit_tables
 from statecat.readers.arrow_types import state_schema
 from statecat.readers.scan import _hashable
 
@@ -220,7 +220,7 @@ class _Run:
         """UPDATE, DELETE, INSERT; ``first``: the table's first statement (it reads SRC's rows)."""
         table = statement.table
         name = table.name.lower()
-        node = _parse(statement.sql)
+        node = statement.node
         text = statement.sql
         alias = _alias(node)
         current = self.spark.table(name)
@@ -261,7 +261,7 @@ class _Merge:
     def __init__(self, run: _Run, statement: PlannedStatement) -> None:
         self.run_ = run
         self.statement = statement
-        node = _parse(statement.sql)
+        node = statement.node
         assert isinstance(node, exp.Merge)
         self.node: exp.Merge = node
         self.paths: dict[str, str] = {}  # a copy's quoted view name -> its Parquet directory
@@ -611,7 +611,7 @@ def _scopes(planned: Sequence[PlannedStatement]) -> dict[str, str | None]:
         pins.setdefault(name, [])
     for statement in planned:
         name = statement.table.name.lower()
-        target_start = _target_identifier(_parse(statement.sql)).meta["start"]
+        target_start = _target_identifier(statement.node).meta["start"]
         for span in statement.spans:
             if span.table in pins and span.start != target_start:
                 pins[span.table] = None  # read as a table: every row, as edited so far

@@ -41,6 +41,7 @@ from statecat.catalog.spark.edit_plan import (
 from statecat.catalog.spark.edit_spark import SourceTables, TableChanges, evaluate
 from statecat.readers.arrow_types import state_schema
 from statecat.readers.decoders import build_decoder
+from statecat.readers.encoders import EncodeError
 from statecat.readers.entry_codec import EntryCodec, StateRow
 from statecat.readers.framing import Entry
 from statecat.readers.savepoint_writer import (
@@ -108,10 +109,21 @@ class ChangesEditor:
             groups = self._keyed.setdefault((operator_id, state_name), {})
             for row in removed:
                 groups.setdefault(codec.key_group(row["key"]), (Counter(), []))[0][_hashable(row)] += 1
+            # The value each (key, namespace) held before: a NULL Flink wrote itself is no primitive's.
+            held = {(_hashable(r["key"]), _hashable(r.get("namespace"))): r.get("value") for r in removed}
             for row in added:
                 if row["key"] is None:
                     raise EditError(f"a row of {self._table(operator, state)} has a NULL key after the edits")
-                _refuse_null_primitive(state, row.get("value"), self._table(operator, state))
+                identity = (_hashable(row["key"]), _hashable(row.get("namespace")))
+                _check_null_fields(
+                    state.value,
+                    row.get("value"),
+                    "value",
+                    None,
+                    self._table(operator, state),
+                    held.get(identity),
+                    identity in held,
+                )
                 groups.setdefault(codec.key_group(row["key"]), (Counter(), []))[1].append(row)
 
     def _table(self, operator: OperatorMeta, state: StateInfo) -> str:
@@ -192,7 +204,10 @@ class ChangesEditor:
             seen.add(identity)
         new_entries: list[Entry] = []
         for row in kept:
-            new_entries += row.entries if row.entries is not None else codec.entries(key_group, row)
+            try:
+                new_entries += row.entries if row.entries is not None else codec.entries(key_group, row)
+            except EncodeError as exc:  # a value Spark gives that Flink's type cannot hold ('ab' as a Java char)
+                raise EditError(f"{table}, key {row.key!r}: {exc.message}") from None
         return new_entries, gone - seen
 
     def _warn_orphan_timers(
@@ -327,15 +342,15 @@ def _element_row(row: dict[str, Any], columns: tuple[str, ...]) -> dict[str, Any
     return {c: row.get(c) for c in columns if c != "subtask"}
 
 
-def _refuse_null_primitive(state: StateInfo, value: Any, table: str) -> None:
-    """Refuses a NULL into a POJO field that may be a Java primitive: Flink would fail to restore it."""
-    _check_null_fields(state.value, value, "value", None, table)
-
-
-def _check_null_fields(desc: Any, value: Any, where: str, parent: Any, table: str) -> None:
+def _check_null_fields(desc: Any, value: Any, where: str, parent: Any, table: str, old: Any, had: bool) -> None:
+    """Refuses a NULL into a POJO field that may be a Java primitive: Flink would fail to restore it.
+    ``old``: what the field held before the edits (``had``: the row was there); a NULL that was
+    there already is Flink's own, so the field is no primitive."""
     while desc.kind in WRAPPERS:
         desc = desc.fields[0][1]
     if value is None:
+        if had and old is None:
+            return
         if parent is not None and parent.kind == "pojo" and desc.kind in PRIMITIVE_KINDS:
             raise EditError(
                 f"cannot set {where} of {table} to NULL: it is a field of {parent.describe().split('<')[0]} written "
@@ -345,15 +360,19 @@ def _check_null_fields(desc: Any, value: Any, where: str, parent: Any, table: st
             )
         return
     if desc.kind == "pojo" and isinstance(value, dict):
+        was = old if isinstance(old, dict) else None
         for field_name, field_desc in desc.fields:
             if field_name in value:
-                _check_null_fields(field_desc, value[field_name], f"{where}.{field_name}", desc, table)
-    elif desc.kind == "list" and isinstance(value, list):
+                before = was.get(field_name) if was is not None else None
+                _check_null_fields(
+                    field_desc, value[field_name], f"{where}.{field_name}", desc, table, before, had and was is not None
+                )
+    elif desc.kind in ("list", "map") and isinstance(value, list) and not had:
+        # Elements cannot be paired with the old ones: only a new row's are checked.
         for element in value:
-            _check_null_fields(desc.fields[0][1], element, f"{where}[]", desc, table)
-    elif desc.kind == "map" and isinstance(value, list):
-        for _, element in value:
-            _check_null_fields(desc.child("value"), element, f"{where}[key]", desc, table)
+            element_desc = desc.fields[0][1] if desc.kind == "list" else desc.child("value")
+            element_value = element if desc.kind == "list" else element[1]
+            _check_null_fields(element_desc, element_value, f"{where}[]", desc, table, None, False)
 
 
 def _decode_element(decode: Any, data: bytes) -> Any:
