@@ -223,9 +223,10 @@ def test_ansi_overflow_fails_the_write_and_leaves_nothing(tmp_path):
 # ----------------------------------------------------------------------------- the command
 
 
-def statecat(*args: str) -> subprocess.CompletedProcess:
-    # The command's own local Spark, without starting a shared metastore for the test's home
-    env = {**os.environ, "STATECAT_METASTORE": "embedded"}
+def statecat(home, *args: str) -> subprocess.CompletedProcess:
+    # The command's own local Spark on a home of its own, without a shared metastore (this process's
+    # Spark may hold the default home's)
+    env = {**os.environ, "STATECAT_HOME": str(home), "STATECAT_METASTORE": "embedded"}
     return subprocess.run(
         [sys.executable, "-m", "statecat.catalog.cli", *args], capture_output=True, text=True, timeout=300, env=env
     )
@@ -235,7 +236,7 @@ def test_write_command_edits_and_records_provenance(tmp_path):
     src = savepoint_dir("sql_groupby_hashmap_2.3")
     dst = tmp_path / "out"
     statement = "UPDATE accstate SET value.f0 = 7 WHERE key = 'key_662'"
-    done = statecat("write", str(src), "--out", str(dst), "--sql", statement, "--format", "json")
+    done = statecat(tmp_path / "home", "write", str(src), "--out", str(dst), "--sql", statement, "--format", "json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["statements"] == [{"sql": statement, "rows": 1}]
@@ -244,9 +245,11 @@ def test_write_command_edits_and_records_provenance(tmp_path):
 
     assert info["provenance"]["statements"] == [statement]
     assert info["provenance"]["source_metadata_sha256"] == hashlib.sha256((src / "_metadata").read_bytes()).hexdigest()
-    again = statecat("write", str(src), "--out", str(dst), "--sql", statement)
+    again = statecat(tmp_path / "home", "write", str(src), "--out", str(dst), "--sql", statement)
     assert again.returncode == 2 and "exists" in again.stderr and "--overwrite" in again.stderr
-    bad = statecat("write", str(src), "--out", str(tmp_path / "bad"), "--sql", "UPDATE accstate SET value = 1")
+    bad = statecat(
+        tmp_path / "home", "write", str(src), "--out", str(tmp_path / "bad"), "--sql", "UPDATE accstate SET value = 1"
+    )
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     assert "Cannot safely cast" in bad.stderr and '"INT" to "STRUCT' in bad.stderr
     assert not (tmp_path / "bad").exists()

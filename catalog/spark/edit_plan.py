@@ -71,6 +71,8 @@ class PlannedStatement:
     kind: str  # UPDATE | DELETE | INSERT | MERGE
     table: EditTable
     spans: tuple[TableSpan, ...]
+    target: TableSpan  # where it names the table it edits
+    alias: str  # the target's alias, else its name: how its columns may be qualified
     key_filter: str | None
     reads_target: bool  # its rows depend on the target's current rows (a pin narrows them)
     node: exp.Expr  # sqlglot's tree of it, parsed once
@@ -87,12 +89,16 @@ def edit_tables(meta: StateMeta) -> dict[str, EditTable]:
             if name is None:
                 continue
             try:
-                schema = state_schema(state)
+                columns = state_columns(state)
             except TypeError:
                 continue
-            columns = tuple(f.name for f in schema if f.name in COLUMNS)
             tables[name.lower()] = EditTable(name, op, state, columns)
     return tables
+
+
+def state_columns(state: StateInfo) -> tuple[str, ...]:
+    """The columns a state's table has, in the table's order (raises TypeError for a type Arrow lacks)."""
+    return tuple(f.name for f in state_schema(state) if f.name in COLUMNS)
 
 
 def plan_statements(meta: StateMeta, statements: Sequence[str]) -> list[PlannedStatement]:
@@ -204,14 +210,15 @@ def _plan(sql: str, tables: dict[str, EditTable], meta: StateMeta) -> PlannedSta
     if isinstance(node, exp.Merge):
         _check_merge_assignments(node, table, target.alias_or_name, sql)
     spans = tuple(_spans(node, tables))
-    reads_target = kind in ("UPDATE", "DELETE", "MERGE") or sum(1 for s in spans if s.table == table.name.lower()) > 1
+    (target_span,) = [s for s in spans if s.start == target.this.meta.get("start")]
+    named_elsewhere = any(s.table == table.name.lower() and s is not target_span for s in spans)
+    reads_target = kind in ("UPDATE", "DELETE", "MERGE") or named_elsewhere
     key_filter = None
     if kind in ("UPDATE", "DELETE") and table.keyed:
-        named_elsewhere = sum(1 for s in spans if s.table == table.name.lower()) > 1
         where = node.args.get("where")
         if where is not None and not named_elsewhere:
             key_filter = _key_filter(where.this, table, target.alias_or_name)
-    return PlannedStatement(sql, kind, table, spans, key_filter, reads_target, node)
+    return PlannedStatement(sql, kind, table, spans, target_span, target.alias_or_name, key_filter, reads_target, node)
 
 
 def _target_table(node: exp.Table, tables: dict[str, EditTable], sql: str) -> EditTable:

@@ -222,11 +222,11 @@ class _Run:
         name = table.name.lower()
         node = statement.node
         text = statement.sql
-        alias = _alias(node)
+        alias = statement.alias
         current = self.spark.table(name)
         if statement.kind == "INSERT":
             sink = self.sink(table)
-            target = next(s for s in statement.spans if s.start == _target_identifier(node).meta["start"])
+            target = statement.target
             self.spark.sql(text[: target.start] + _name(sink) + text[target.end :])
             return current.unionAll(self.spark.table(sink)), [(self.sinks[sink], None)]
         # Whether each row matches, evaluated once (a WHERE with current_timestamp() or rand() too).
@@ -270,7 +270,7 @@ class _Merge:
         run, statement, node = self.run_, self.statement, self.node
         spark, table = run.spark, statement.table
         name = table.name.lower()
-        target_alias = _name(_alias(node))
+        target_alias = _name(statement.alias)
         using = node.args["using"]
         source_alias = _name(using.alias_or_name if isinstance(using, exp.Table | exp.Subquery) else "source")
         clauses = _merge_clauses(statement.sql, node)
@@ -413,23 +413,6 @@ def _after_equals(assignment: str) -> str:
         if token.token_type == TokenType.EQ:
             return assignment[token.end + 1 :].strip()
     raise EditError(f"expected column = expression, got {assignment!r}")
-
-
-def _alias(node: exp.Expr) -> str:
-    target = _target_identifier_table(node)
-    return target.alias or target.name
-
-
-def _target_identifier_table(node: exp.Expr) -> exp.Table:
-    target = node.this.this if isinstance(node.this, exp.Schema) else node.this
-    assert isinstance(target, exp.Table)
-    return target
-
-
-def _target_identifier(node: exp.Expr) -> exp.Identifier:
-    identifier = _target_identifier_table(node).this
-    assert isinstance(identifier, exp.Identifier)
-    return identifier
 
 
 # ----------------------------------------------------------------------------- columns
@@ -611,9 +594,8 @@ def _scopes(planned: Sequence[PlannedStatement]) -> dict[str, str | None]:
         pins.setdefault(name, [])
     for statement in planned:
         name = statement.table.name.lower()
-        target_start = _target_identifier(statement.node).meta["start"]
         for span in statement.spans:
-            if span.table in pins and span.start != target_start:
+            if span.table in pins and span is not statement.target:
                 pins[span.table] = None  # read as a table: every row, as edited so far
         if not statement.reads_target:
             continue

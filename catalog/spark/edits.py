@@ -37,6 +37,7 @@ from statecat.catalog.spark.edit_plan import (
     PlannedStatement,
     element_encoder,
     plan_statements,
+    state_columns,
 )
 from statecat.catalog.spark.edit_spark import SourceTables, TableChanges, evaluate
 from statecat.readers.arrow_types import state_schema
@@ -163,7 +164,7 @@ class ChangesEditor:
     ) -> tuple[list[Entry], set]:
         codec = self.codec(operator, state)
         table = self._table(operator, state)
-        columns = _columns(state)
+        columns = state_columns(state)
         left = Counter(removed)
         kept: list[StateRow] = []
         gone: set = set()
@@ -279,7 +280,7 @@ class ChangesEditor:
             values = [_decode_element(decode, e) for e in elements]
             originals = list(elements)
         shown = pa.array(values, type=value_type).to_pylist()
-        columns = _columns(state)
+        columns = state_columns(state)
         mine = [r for r in removed if _subtask_of(r, state) == subtask]
         left = Counter(_hashable(_element_row(r, columns)) for r in mine)
         kept: list[tuple[Any, bytes | None]] = []
@@ -311,12 +312,6 @@ class ChangesEditor:
                 encode(value, buffer)
                 result.append(bytes(buffer))
         return result
-
-
-def _columns(state: StateInfo) -> tuple[str, ...]:
-    from statecat.catalog.spark.edit_plan import COLUMNS
-
-    return tuple(f.name for f in state_schema(state) if f.name in COLUMNS)
 
 
 def _column_value(row: StateRow, column: str) -> Any:
