@@ -23,6 +23,10 @@ left is removed by the next write into the same parent. ``overwrite`` replaces o
 (``_metadata``, ``stateInfo`` and Flink's UUID-named state files, nothing else), checked before
 anything is written and removed only once the new one is in place. DST's directory and files get
 the permissions Flink's have under the umask (0777 and 0666 less it).
+
+DST may be an object-store URI (``s3://bucket/prefix``): it is built in the system's temporary
+directory and uploaded with ``_metadata`` last (object_store.py); it must not exist, and
+``overwrite`` is refused there (no rename).
 """
 
 from __future__ import annotations
@@ -33,7 +37,6 @@ import errno
 import functools
 import logging
 import os
-import re
 import shutil
 import signal
 import stat
@@ -45,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from statecat.readers.framing import Entry, Runs, frame_runs, key_group_ends, parse_runs
+from statecat.readers.object_store import SAVEPOINT_FILE, ObjectStoreTarget, is_object_store
 from statecat.readers.scan import decompress_snappy_framed
 from statecat.readers.temp_dirs import make_temp_dir, remove_stale_temp_dirs, signals_raise
 from statecat.statemeta.errors import Interrupted, StatecatError, UnsupportedError
@@ -187,8 +191,9 @@ def write_savepoint(
     meta = source if isinstance(source, StateMeta) else load_state_meta(source)
     if not meta.storage.is_local:
         raise UnsupportedError(f"writing from {meta.path} is not supported yet: copy the snapshot to a local directory")
-    target = os.path.abspath(destination)
-    check_destination(meta, target, overwrite)
+    remote = ObjectStoreTarget.of(destination) if is_object_store(destination) else None
+    target = destination_display(destination)
+    check_destination(meta, destination, overwrite)
     dropped = {meta.operator(ref).id for ref in drop_operators}
     renames = {meta.operator(ref).id: uid for ref, uid in (set_uids or {}).items()}
     if max_parallelism is not None:
@@ -198,22 +203,26 @@ def write_savepoint(
         temp, published = None, False
         try:
             with signals.hold():  # held until temp is known, so that its cleanup below cannot miss it
-                temp = _make_temp_dir(target)
+                temp = _make_temp_dir(target) if remote is None else _make_upload_dir(target)
             signals.check()
             # Made here, not by mkdtemp (0700): Flink's savepoint directories get 0777 less the umask.
             work = os.path.join(temp, "savepoint")
             os.mkdir(work)
             _write_into(work, meta, summary, dropped, renames, editor, max_parallelism, keyed_runner)
             _write_state_info(work, provenance)
-            with signals.hold():  # once renamed DST is whole: a signal now is delivered after the cleanup
-                _publish(work, target, overwrite)
+            if remote is not None:
+                remote.upload(work, signals)
                 published = True
+            with signals.hold():  # once renamed DST is whole: a signal now is delivered after the cleanup
+                if remote is None:
+                    _publish(work, target, overwrite)
+                    published = True
                 shutil.rmtree(temp, ignore_errors=True)
         except BaseException as exc:
             if temp is not None:
                 with signals.hold():
                     shutil.rmtree(temp, ignore_errors=True)
-            explained = None if published else _explained(exc, target, temp)
+            explained = None if published else _explained(exc, target, temp, remote)
             if explained is None:
                 raise
             raise explained from None
@@ -305,8 +314,24 @@ def _check_max_parallelism(meta: StateMeta, max_parallelism: int, dropped: set[s
             )
 
 
-def check_destination(meta: StateMeta, target: str, overwrite: bool) -> None:
+def destination_display(destination: str) -> str:
+    """DST as messages name it: an object-store URI as given, a local path made absolute."""
+    return destination.rstrip("/") if is_object_store(destination) else os.path.abspath(destination)
+
+
+def check_destination(meta: StateMeta, destination: str, overwrite: bool) -> None:
     """Refuses a DST that overlaps SRC, exists without ``overwrite``, or is not a savepoint to replace."""
+    if is_object_store(destination):
+        remote = ObjectStoreTarget.of(destination)
+        source = meta.storage.uri.rstrip("/")
+        if source == remote.uri or source.startswith(remote.uri + "/") or remote.uri.startswith(source + "/"):
+            raise UnsupportedError(
+                f"the destination {remote.uri} overlaps the source snapshot {meta.storage.uri}",
+                hint="statecat never writes into a snapshot it reads: give another --out",
+            )
+        remote.check(overwrite)
+        return
+    target = os.path.abspath(destination)
     source_dir = os.path.realpath(meta.storage.directory)
     real = os.path.realpath(target)
     if real == source_dir or real.startswith(source_dir + os.sep) or source_dir.startswith(real + os.sep):
@@ -322,16 +347,6 @@ def check_destination(meta: StateMeta, target: str, overwrite: bool) -> None:
         _check_replaceable(target)
 
 
-# What a savepoint directory holds, and so what --overwrite may remove: Flink's _metadata and state
-# files (FsCheckpointStreamFactory names each by a random UUID, native RocksDB savepoints too; a
-# checkpoint's shared/ and taskowned/ are siblings of chk-N, never inside it), statecat's stateInfo,
-# and the temporary file of a `statecat snapshot` killed while it wrote the stateInfo.
-_SAVEPOINT_FILE = re.compile(
-    rf"{re.escape(METADATA_FILE)}|{re.escape(STATE_INFO_FILE)}|\.{re.escape(STATE_INFO_FILE)}\.[a-z0-9_]+\.tmp"
-    r"|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-)
-
-
 def _check_replaceable(target: str) -> None:
     """Refuses (before anything is written) a ``target`` that is not a savepoint and nothing else."""
     refusal = "--overwrite replaces only a savepoint"
@@ -343,7 +358,7 @@ def _check_replaceable(target: str) -> None:
         names = sorted(os.listdir(target))
         for name in names:
             mode = os.lstat(os.path.join(target, name)).st_mode
-            if not (_SAVEPOINT_FILE.fullmatch(name) and stat.S_ISREG(mode)):
+            if not (SAVEPOINT_FILE.fullmatch(name) and stat.S_ISREG(mode)):
                 raise UnsupportedError(
                     f"{refusal}: expected only _metadata, stateInfo and Flink's state files in {target}, "
                     f"got {name!r} ({_kind(mode)})",
@@ -383,6 +398,14 @@ def _make_temp_dir(target: str) -> str:
         raise _cannot_write(target, exc) from None
 
 
+def _make_upload_dir(target: str) -> str:
+    """The local directory an object-store DST is built in before its upload (the system's
+    temporary directory: DST's own has no rename to publish with)."""
+    parent = tempfile.gettempdir()
+    remove_stale_temp_dirs(parent)
+    return make_temp_dir(parent, target.rstrip("/").rsplit("/", 1)[-1], "upload")
+
+
 def _cannot_write(target: str, exc: OSError) -> StatecatError:
     """An environment's refusal (full disk, read-only parent, a file where a directory must be) as
     one line naming DST and, when an ancestor is at fault, that ancestor."""
@@ -409,12 +432,19 @@ def _ancestors(path: str) -> list[str]:
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
 
 
-def _explained(exc: BaseException, target: str, temp: str | None) -> BaseException | None:
+def _explained(
+    exc: BaseException, target: str, temp: str | None, remote: ObjectStoreTarget | None
+) -> BaseException | None:
     """What a failed write raises instead of ``exc`` (None: ``exc`` itself), the temporary directory
     being removed: a signal says nothing was written, the environment's errors are one line."""
     if isinstance(exc, KeyboardInterrupt):
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         return Interrupted(signum, f"interrupted by {signal.Signals(signum).name}: nothing written at {target}")
+    if remote is not None and isinstance(exc, OSError):
+        name = exc.filename if isinstance(exc.filename, str) else None
+        if name is not None and temp is not None and name.startswith(temp + os.sep):
+            return StatecatError(f"cannot write {target}: {exc.strerror or exc} (building it in {temp})")
+        return remote.cannot_write(exc)
     if isinstance(exc, OSError):
         name = exc.filename if isinstance(exc.filename, str) else None
         ours = name is not None and any(name == p or name.startswith(p + os.sep) for p in (temp, target) if p)
@@ -453,7 +483,7 @@ def _remove_savepoint(directory: str, target: str) -> None:
     try:
         for name in os.listdir(directory):
             path = os.path.join(directory, name)
-            if _SAVEPOINT_FILE.fullmatch(name) and stat.S_ISREG(os.lstat(path).st_mode):
+            if SAVEPOINT_FILE.fullmatch(name) and stat.S_ISREG(os.lstat(path).st_mode):
                 os.unlink(path)
         try:
             os.rmdir(directory)

@@ -55,11 +55,9 @@ def make_temp_dir(parent: str, name: str, purpose: str) -> str:
     for _ in range(MAX_ATTEMPTS):
         path = tempfile.mkdtemp(prefix=f".{name}.statecat-{purpose}-", dir=parent)
         try:
-            doc = {"pid": os.getpid(), "start": _start_time(os.getpid()), "host": socket.gethostname()}
-            doc.update(boot=_boot_id(), purpose=purpose)
             # Written under another name and renamed: a cleaner reads a whole marker or none.
             with open(os.path.join(path, PARTIAL_MARKER), "w", encoding="utf-8") as f:
-                json.dump(doc, f)
+                json.dump(process_marker(purpose), f)
             os.rename(os.path.join(path, PARTIAL_MARKER), os.path.join(path, MARKER))
             return path
         except FileNotFoundError:
@@ -95,7 +93,7 @@ def remove_stale_temp_dirs(parent: str) -> list[str]:
             if _remove_unmarked(entry.path):
                 removed.append(entry.path)
             continue
-        if _may_be_alive(marker):
+        if may_be_alive(marker):
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         if not os.path.lexists(entry.path):
@@ -130,6 +128,18 @@ def _read_marker(directory: str) -> dict[str, Any] | None:
         return None
     finally:
         os.close(fd)
+    return parse_marker(data)
+
+
+def process_marker(purpose: str) -> dict[str, Any]:
+    """The marker document naming this process: pid, start time, host, boot and purpose."""
+    doc: dict[str, Any] = {"pid": os.getpid(), "start": _start_time(os.getpid()), "host": socket.gethostname()}
+    doc.update(boot=_boot_id(), purpose=purpose)
+    return doc
+
+
+def parse_marker(data: bytes) -> dict[str, Any] | None:
+    """A marker's document from its bytes, or None when it is too large or damaged."""
     if len(data) > MAX_MARKER_BYTES:
         return None
     try:
@@ -141,7 +151,7 @@ def _read_marker(directory: str) -> dict[str, Any] | None:
     return doc
 
 
-def _may_be_alive(marker: dict[str, Any]) -> bool:
+def may_be_alive(marker: dict[str, Any]) -> bool:
     """Whether the marker's process may still run: only a gone process's directory is removed."""
     if marker["host"] != socket.gethostname():
         return True  # another host's process cannot be seen from here
@@ -256,4 +266,14 @@ def signals_raise() -> Iterator[SignalGuard]:
         guard.restore()
 
 
-__all__ = ["make_temp_dir", "remove_stale_temp_dirs", "signals_raise", "SignalGuard", "MARKER", "Interrupted"]
+__all__ = [
+    "make_temp_dir",
+    "remove_stale_temp_dirs",
+    "signals_raise",
+    "process_marker",
+    "parse_marker",
+    "may_be_alive",
+    "SignalGuard",
+    "MARKER",
+    "Interrupted",
+]

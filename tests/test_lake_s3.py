@@ -3,11 +3,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import urllib.request
-
 import deltalake
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -20,6 +15,7 @@ from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import stable_state_names
 from statecat.statemeta.storage import open_storage
 from tests.fixtures.expected import savepoint_dir
+from tests.fixtures.s3 import BUCKET, moto_s3
 from tests.test_materialize import (
     CRASH_EXIT_CODE,
     canonical,
@@ -27,65 +23,8 @@ from tests.test_materialize import (
     statecat_cli,
 )
 
-BUCKET = "statecat-test"
+_s3 = pytest.fixture(scope="module", name="s3")(moto_s3)
 CASES = ("sql_groupby_hashmap_2.0", "sql_groupby_rocksdb_2.3", "sql_groupby_hashmap_2.3")
-READY_POLLS = 300  # x 0.1 s: moto starts in well under a second on an idle machine
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1; the AWS_* environment points at it while the tests run."""
-    port = _free_port()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(READY_POLLS):
-            try:
-                with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
-                    break
-            except OSError:
-                try:  # waits for the next poll, and notices a server that died
-                    code = server.wait(timeout=0.1)
-                    raise AssertionError(f"moto exited with {code}: {log.read_text()}")
-                except subprocess.TimeoutExpired:
-                    pass
-        else:
-            raise AssertionError(f"moto not ready at {endpoint} after {READY_POLLS} polls: {log.read_text()}")
-        env = {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "testing",
-            "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1",
-            "AWS_EC2_METADATA_DISABLED": "true",
-        }
-        with pytest.MonkeyPatch.context() as mp:
-            for k, v in env.items():
-                mp.setenv(k, v)
-            filesystem = pafs.S3FileSystem(
-                endpoint_override=f"127.0.0.1:{port}",
-                scheme="http",
-                access_key="testing",
-                secret_key="testing",
-                region="us-east-1",
-                allow_bucket_creation=True,
-            )
-            filesystem.create_dir(BUCKET)
-            yield filesystem, endpoint
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 def _upload(filesystem, case: str, key: str) -> str:

@@ -33,7 +33,13 @@ DESCRIPTION = (
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("src", metavar="SRC", help="the snapshot to start from (directory holding _metadata, or URI)")
-    parser.add_argument("--out", required=True, metavar="DST", help="the savepoint directory to create")
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="DST",
+        help="the savepoint directory to create, or an object-store URI (s3://bucket/prefix: uploaded with "
+        "_metadata last; --overwrite is refused there)",
+    )
     parser.add_argument(
         "--sql",
         action="append",

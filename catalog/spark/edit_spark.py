@@ -691,18 +691,20 @@ def scratch_directory(destination: str) -> Iterator[str]:
     """A private directory for the Parquet views beside DST (where Spark's executors write too, and
     where the next write removes it if this process is killed), removed afterwards; in the system's
     temporary directory while DST's parent does not exist yet."""
+    from statecat.readers.object_store import is_object_store
+    from statecat.readers.savepoint_writer import destination_display
     from statecat.readers.temp_dirs import make_temp_dir, remove_stale_temp_dirs, signals_raise
 
-    target = os.path.abspath(destination)
+    target = destination_display(destination)
     parent = os.path.dirname(target)
-    if not os.path.isdir(parent):
+    if is_object_store(destination) or not os.path.isdir(parent):
         parent = tempfile.gettempdir()
     with signals_raise() as signals:
         directory = None
         try:
             with signals.hold():  # held until the directory is known, so the cleanup cannot miss it
                 remove_stale_temp_dirs(parent)
-                directory = make_temp_dir(parent, os.path.basename(target), "edit")
+                directory = make_temp_dir(parent, target.rsplit("/", 1)[-1], "edit")
             signals.check()
             yield directory
         finally:

@@ -50,6 +50,7 @@ from statecat.readers.savepoint_writer import (
     KeyedRunner,
     WriteSummary,
     check_destination,
+    destination_display,
     rebuild_keyed_stream,
 )
 from statecat.readers.savepoint_writer import write_savepoint as write_canonical
@@ -458,7 +459,7 @@ def write_savepoint(
         descriptor_set = as_descriptor_set(descriptors)  # parsed once: Spark gets the same
     meta = load_state_meta(source, descriptors=descriptor_set)
     planned = plan_statements(meta, statements)
-    check_destination(meta, os.path.abspath(destination), overwrite)  # before Spark starts
+    check_destination(meta, destination, overwrite)  # before Spark starts
     from statecat import __version__
     from statecat.statemeta.stateinfo import metadata_fingerprint
 
@@ -491,7 +492,7 @@ def write_savepoint(
         except Interrupted as exc:  # Spark's work is dropped with its scratch directory: say that DST is not there
             name = signal.Signals(exc.signum).name
             raise Interrupted(
-                exc.signum, f"interrupted by {name}: nothing written at {os.path.abspath(destination)}"
+                exc.signum, f"interrupted by {name}: nothing written at {destination_display(destination)}"
             ) from None
     editor = ChangesEditor(meta, changes) if changes else None
     runner = None
