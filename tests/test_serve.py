@@ -99,6 +99,8 @@ class Server:
     def __init__(self, home: Path, root: Path, port: int, work: Path):
         self.home, self.root, self.port = home, root, port
         self.connect_port = _free_port()
+        while self.connect_port == port:  # two choices in a row may give the same port
+            self.connect_port = _free_port()
         self.stdout, self.stderr = work / "serve.out", work / "serve.err"
         self.launch(
             ["serve", "--home", str(home), "--port", str(port), "--connect-port", str(self.connect_port)]

@@ -56,23 +56,48 @@ def test_a_savepoint_written_to_s3_reads_back_as_the_source(s3, case, extra):
     assert {op.max_parallelism for op in load_state_meta(uri).operators} == {expected}
 
 
-@pytest.mark.spark
-def test_an_edit_is_uploaded_with_spark_s_value(s3):
-    from tests.fixtures.edits import write_savepoint
+def _s3_plugin(flink: str) -> None:
+    """Flink's S3 filesystem (flink-s3-fs-hadoop, from Maven Central) in the PyFlink venv's
+    plugins/ directory, where a user puts it (PyFlink sets FLINK_PLUGINS_DIR to that directory)."""
+    from tests.fixtures.runtime import ensure_venv, maven_jars, venv_dir
 
-    uri = f"s3://{BUCKET}/edited/one-key"
-    source = str(savepoint_dir(HEAP))
-    before = SavepointReader(source).table("accState").to_pylist()
-    key = before[0]["key"]
-    result = write_savepoint(source, uri, sql=f"UPDATE accstate SET value.f0 = value.f0 * 1000 + 7 WHERE key = '{key}'")
-    assert [s.matched for s in result.statements] == [1] and result.destination == uri
-    after = {r["key"]: r["value"] for r in SavepointReader(uri).table("accState").to_pylist()}
-    assert len(after) == len(before)
-    for row in before:
-        expected = dict(row["value"])
-        if row["key"] == key:
-            expected["f0"] = expected["f0"] * 1000 + 7
-        assert after[row["key"]] == expected, row["key"]
+    (jar,) = maven_jars([f"org.apache.flink:flink-s3-fs-hadoop:{flink}"])
+    ensure_venv(flink)
+    (package,) = venv_dir(flink).glob("lib/python*/site-packages/pyflink")
+    plugin = package / "plugins" / "s3-fs-hadoop"
+    plugin.mkdir(exist_ok=True)
+    link = plugin / jar.name
+    if not link.exists():
+        link.symlink_to(jar)
+
+
+@pytest.mark.live_flink
+def test_an_edit_uploaded_to_s3_is_restored_by_flink_from_s3(s3):
+    """GROUPBY_EDITS written to s3://, read back by statecat, and restored by Flink 2.3 from the
+    bucket through its S3 filesystem plugin: the job continues from the edited counts."""
+    from tests.fixtures.edits import write_savepoint
+    from tests.fixtures.restore import restore_and_continue
+    from tests.test_restore_harness import GROUPBY_EXTRA, TIMEOUT, _per_key, _state_rows
+    from tests.test_write_restore import GROUPBY_EDITS, _check_groupby, _edited_groupby
+
+    _, endpoint = s3
+    uri = f"s3://{BUCKET}/edited/groupby"
+    result = write_savepoint(str(savepoint_dir(HEAP)), uri, sql=GROUPBY_EDITS)
+    assert [s.matched for s in result.statements] == [1, 1, 1] and result.destination == uri
+    acc = _edited_groupby(_state_rows(HEAP, "accState"))
+    read_back = {r["key"]: r["value"] for r in SavepointReader(uri).table("accState").to_pylist()}
+    assert read_back == acc
+    _s3_plugin("2.3.0")
+    conf = {
+        "s3.endpoint": endpoint,
+        "s3.path.style.access": "true",
+        "s3.access-key": "testing",
+        "s3.secret-key": "testing",
+        "s3.endpoint.region": "us-east-1",
+    }
+    out = restore_and_continue(HEAP, uri, GROUPBY_EXTRA, conf=conf, timeout=TIMEOUT)
+    _check_groupby(out, acc)
+    assert _per_key(out, "word")["key_500"][0]["op"] == "+I"  # deleted: it starts again
 
 
 def test_an_existing_prefix_and_overwrite_are_refused_and_nothing_changes(s3):

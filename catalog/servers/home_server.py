@@ -18,7 +18,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from statecat.catalog.servers.local_ports import free_port, process_alive
+from statecat.catalog.servers.local_ports import free_ports, process_alive
 from statecat.catalog.servers.thrift_server import ServerInfo, live_server
 from statecat.catalog.spark.locks import exclusive_lock
 from statecat.statemeta.errors import StatecatError
@@ -77,6 +77,7 @@ def ensure_server(home: str) -> ServerInfo:
 
 def _start(home: str) -> ServerInfo:
     log_path = os.path.join(home, LOG_FILE)
+    port, connect_port = free_ports(2)
     command = [
         sys.executable,
         "-m",
@@ -85,9 +86,9 @@ def _start(home: str) -> ServerInfo:
         "--home",
         home,
         "--port",
-        str(free_port()),
+        str(port),
         "--connect-port",
-        str(free_port()),
+        str(connect_port),
         "--idle-timeout",
         f"{idle_seconds():g}",
     ]

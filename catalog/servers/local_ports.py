@@ -6,6 +6,7 @@ connection makes a Thrift server log a failed handshake).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 
@@ -62,6 +63,19 @@ def process_alive(pid: int) -> bool:
 
 def free_port(host: str = LOOPBACK) -> int:
     """A port nothing listens on now (the system's choice; another process may take it before use)."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return int(probe.getsockname()[1])
+    (port,) = free_ports(1, host)
+    return port
+
+
+def free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """``count`` different ports nothing listens on now: held together while chosen, since two
+    choices one after the other may give the same port."""
+    with contextlib.ExitStack() as stack:
+        probes = []
+        for _ in range(count):
+            probe = stack.enter_context(
+                socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+            )
+            probe.bind((host, 0))
+            probes.append(probe)
+        return [int(p.getsockname()[1]) for p in probes]

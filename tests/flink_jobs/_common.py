@@ -178,7 +178,20 @@ def make_config(args, rest_port):
         c.set_string(k, v)
     if getattr(args, "output", None):
         redirect_stdout(args.output)
+    if "://" in (getattr(args, "restore", None) or ""):
+        initialize_filesystems(c)
     return c
+
+
+def initialize_filesystems(config):
+    """Flink's filesystem plugins (FLINK_PLUGINS_DIR, PyFlink's plugins/ directory) for this JVM's
+    local MiniCluster, as Flink's own entry points load them: a restore from s3:// needs the S3 one."""
+    from pyflink.java_gateway import get_gateway
+
+    jvm = get_gateway().jvm
+    j_config = config._j_configuration
+    plugins = jvm.org.apache.flink.core.plugin.PluginUtils.createPluginManagerFromRootFolder(j_config)
+    jvm.org.apache.flink.core.fs.FileSystem.initialize(j_config, plugins)
 
 
 def restore_conf(path):
@@ -190,7 +203,7 @@ def restore_conf(path):
     NO_CLAIM: Flink neither takes ownership of nor deletes the snapshot (it may be a committed
     fixture)."""
     return {
-        "execution.state-recovery.path": "file://" + os.path.abspath(path),
+        "execution.state-recovery.path": path if "://" in path else "file://" + os.path.abspath(path),
         "execution.state-recovery.ignore-unclaimed-state": "false",
         "execution.savepoint.ignore-unclaimed-state": "false",
         "execution.state-recovery.claim-mode": "NO_CLAIM",
@@ -314,7 +327,8 @@ def wait_for_restore(rest, path, timeout):
     statistics' `latest.restored.external_path`): a configuration key that a release ignores
     would otherwise start the job from empty state without a word. A refused restore (state
     the job cannot map, an unreadable snapshot) fails the job: its root exception is raised."""
-    want = os.path.realpath(path).rstrip("/")
+    remote = "://" in path  # an object store's URI (s3://...): compared as written
+    want = path.rstrip("/") if remote else os.path.realpath(path).rstrip("/")
 
     def cond():
         status = rest.job()["state"]
@@ -326,8 +340,8 @@ def wait_for_restore(rest, path, timeout):
         if not restored:
             raise RuntimeError(f"job runs but did not restore from {path}: no restored checkpoint in its statistics")
         got = restored.get("external_path") or ""
-        got = got[len("file:") :] if got.startswith("file:") else got
-        if os.path.realpath(got).rstrip("/") != want:
+        got = got[len("file:") :] if got.startswith("file:") and not remote else got
+        if (got.rstrip("/") if remote else os.path.realpath(got).rstrip("/")) != want:
             raise RuntimeError(f"job restored from {got!r}, not from {path}")
         return True
 
