@@ -8,6 +8,32 @@ import os
 
 import pytest
 
+# The modules that take longest (minutes each: JVM servers, real-Flink runs; measured by
+# `--junitxml` on 2026-11-29), run first: .ci/test hands whole modules to its workers in this order,
+# and a long module started last would run on alone at the end.
+SLOW_FIRST = (
+    "test_fixtures_live.py",
+    "test_one_server.py",
+    "test_write_restore.py",
+    "test_process_boundary.py",
+    "test_shared_metastore.py",
+    "test_write_sql.py",
+    "test_catalog.py",
+    "test_materialize_spark.py",
+    "test_restore_harness.py",
+    "test_serve.py",
+    "test_catalog_cli.py",
+    "test_columnar_scan.py",
+    "test_kryo_state.py",
+    "test_notebook.py",
+    "test_fuzz.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))  # stable: the rest keep their order
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _statecat_homes(tmp_path_factory):

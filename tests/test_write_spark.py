@@ -16,6 +16,8 @@ from statecat.statemeta.metadata import InlineStream, read_metadata
 from tests.fixtures.edits import write_savepoint
 from tests.fixtures.expected import savepoint_dir
 
+pytestmark = pytest.mark.spark
+
 
 @pytest.fixture(scope="module")
 def spark():

@@ -20,6 +20,8 @@ from tests.acceptance import check_state_rows
 from tests.fixtures.edits import write_savepoint
 from tests.fixtures.expected import load_expected, savepoint_dir
 
+pytestmark = pytest.mark.spark
+
 
 def _expected(case: str, state: str, uid: str | None = None) -> tuple[dict, dict]:
     for op in load_expected(case)["operators"]:
