@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -206,15 +206,21 @@ def _wait_for_temp_dir(parent: Path, process: subprocess.Popen) -> bool:
 def _signalled_write(parent: Path, case: str, extra: list[str], signum: int, delay: float) -> tuple[int, str]:
     """`statecat write` in a process that gets ``signum`` ``delay`` seconds into its write."""
     command = [sys.executable, "-m", "statecat.catalog.cli", "write", str(savepoint_dir(case))]
+    return signalled_run(
+        [*command, "--out", str(parent / "out"), *extra], signum, delay, lambda p: _wait_for_temp_dir(parent, p)
+    )
+
+
+def signalled_run(
+    command: list[str], signum: int, delay: float, started: Callable[[subprocess.Popen], bool], env=None
+) -> tuple[int, str]:
+    """``command`` in a process that gets ``signum`` ``delay`` seconds after ``started(process)``
+    says its work began (never when it says False: the process ended first); its exit code and stderr."""
     process = subprocess.Popen(
-        [*command, "--out", str(parent / "out"), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_default_signals,
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, preexec_fn=_default_signals
     )
     try:
-        if _wait_for_temp_dir(parent, process):
+        if started(process):
             time.sleep(delay)  # the random moment, not a synchronisation
             process.send_signal(signum)
         _, err = process.communicate(timeout=TIMEOUT)

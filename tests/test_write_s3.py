@@ -21,6 +21,7 @@ from statecat.statemeta.model import load_state_meta
 from tests.fixtures.expected import savepoint_dir
 from tests.fixtures.s3 import BUCKET, moto_s3
 from tests.test_materialize import canonical, statecat_cli
+from tests.test_write_files import signalled_run
 
 _s3 = pytest.fixture(scope="module", name="s3")(moto_s3)
 
@@ -120,31 +121,20 @@ def test_an_existing_prefix_and_overwrite_are_refused_and_nothing_changes(s3):
 def _signalled_upload(filesystem, uri: str, signum: int, delay: float, env: dict) -> tuple[int, str]:
     """`statecat write` to ``uri``, signalled ``delay`` seconds after its upload began (its marker
     appeared), or never when it finished before."""
-    marker = f"{uri.removeprefix('s3://')}/{UPLOAD_MARKER}"
-    metadata = f"{uri.removeprefix('s3://')}/_metadata"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "statecat.catalog.cli", "write", str(savepoint_dir(ROCKSDB)), "--out", uri],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
+    prefix = uri.removeprefix("s3://")
+
+    def upload_began(process: subprocess.Popen) -> bool:
         for _ in range(MARKER_POLLS):
-            if process.poll() is not None or filesystem.get_file_info(marker).type == pafs.FileType.File:
-                break
-            if filesystem.get_file_info(metadata).type == pafs.FileType.File:
+            if process.poll() is not None or any(
+                filesystem.get_file_info(f"{prefix}/{name}").type == pafs.FileType.File
+                for name in (UPLOAD_MARKER, "_metadata")
+            ):
                 break
             time.sleep(0.005)  # polls for the upload's start
-        if process.poll() is None:
-            time.sleep(delay)  # the random moment, not a synchronisation
-            process.send_signal(signum)
-        _, err = process.communicate(timeout=TIMEOUT)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-    return process.returncode, err
+        return process.poll() is None
+
+    command = [sys.executable, "-m", "statecat.catalog.cli", "write", str(savepoint_dir(ROCKSDB)), "--out", uri]
+    return signalled_run(command, signum, delay, upload_began, env=env)
 
 
 ATTEMPTS = 4
