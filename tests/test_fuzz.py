@@ -6,7 +6,7 @@ and an address-space limit. A statecat error, unchanged output and changed value
 a crash, a hang, a memory blow-up or any other exception (invalid Arrow output included) fails
 the test, which prints every such case with a command that replays it.
 
-STATECAT_FUZZ_CASES (default 5000), STATECAT_FUZZ_SEED (12), STATECAT_FUZZ_TIMEOUT (seconds per
+STATECAT_FUZZ_CASES (default 2000), STATECAT_FUZZ_SEED (12), STATECAT_FUZZ_TIMEOUT (seconds per
 case) and STATECAT_FUZZ_WORKERS size a longer run; bench/fuzz_mutations.py runs campaigns.
 """
 
@@ -22,7 +22,7 @@ from tests.fuzz.runner import DEFAULT_TIMEOUT, baseline_findings, replay_command
 
 pytestmark = pytest.mark.fuzz
 
-CASES = int(os.environ.get("STATECAT_FUZZ_CASES", "5000"))
+CASES = int(os.environ.get("STATECAT_FUZZ_CASES", "2000"))
 SEED = int(os.environ.get("STATECAT_FUZZ_SEED", "12"))
 TIMEOUT = float(os.environ.get("STATECAT_FUZZ_TIMEOUT", str(DEFAULT_TIMEOUT)))
 WORKERS = int(os.environ.get("STATECAT_FUZZ_WORKERS", str(os.cpu_count() or 2)))

@@ -376,9 +376,17 @@ def test_a_server_with_an_idle_timeout_exits_by_itself_after_its_last_client(tmp
     server = OneServer(home, [], tmp_path, "--idle-timeout", str(IDLE_SECONDS))
     try:
         info = server.wait_ready()
-        answers = _connect_client(f"sc://127.0.0.1:{info['connect_port']}", {"one": "SELECT 1 + 1"})
+        # A JDBC session held open while the Spark Connect client starts: a loaded machine may take
+        # longer than the idle time to start a Python process, and the server would be gone.
+        held = server.connect()
+        try:
+            answers = _connect_client(f"sc://127.0.0.1:{info['connect_port']}", {"one": "SELECT 1 + 1"})
+            cursor = held.cursor()
+            cursor.execute("SELECT 40 + 2")
+            assert cursor.fetchall() == [(42,)]
+        finally:
+            held.close()
         assert answers == {"one": [[2]]}
-        assert server.query("SELECT 40 + 2") == [(42,)]  # a JDBC session, opened and closed
         last_client = time.monotonic()
         assert server.process.poll() is None  # still serving right after its clients left
         try:
