@@ -20,7 +20,7 @@ from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
 from statecat.statemeta.errors import UnsupportedError
-from statecat.statemeta.types import TypeDescriptor, key_column_type
+from statecat.statemeta.types import STRUCT_KINDS, TypeDescriptor, key_column_type
 
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 
@@ -401,6 +401,25 @@ _SIMPLE: dict[str, Decoder] = {
 
 def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
     """The decoder for one serializer's output. ``raw`` types must be framed by the caller."""
+    decoder = _build_decoder(desc, unpickle)
+    if desc.kind in STRUCT_KINDS and not desc.fields:
+        return _empty_row(decoder)
+    return decoder
+
+
+def _empty_row(decoder: Decoder) -> Decoder:
+    """A row of no fields (Flink SQL's ``ROW<>``: the key of a global aggregate, the value of a join
+    without equality) reads as the STRING ``"()"``, as Tuple0 does: Parquet and Spark have no empty
+    struct (readers/arrow_types.py)."""
+
+    def empty_row(buf: bytes, pos: int) -> tuple[Any, int]:
+        value, pos = decoder(buf, pos)
+        return (None if value is None else TUPLE0_TEXT), pos
+
+    return empty_row
+
+
+def _build_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
     kind = desc.kind
     simple = _SIMPLE.get(kind)
     if simple is not None:
@@ -501,6 +520,8 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
         from statecat.readers.pyflink_coders import build_pyflink_decoder
 
         return build_pyflink_decoder(desc, unpickle=unpickle)
+    if kind == "stream_element":
+        return stream_element_decoder(build_decoder(desc.child("value"), unpickle=unpickle))
     if kind == "broadcast_entry":
         key = build_decoder(desc.child("key"), unpickle=unpickle)
         value = build_decoder(desc.child("value"), unpickle=unpickle)
@@ -512,6 +533,61 @@ def build_decoder(desc: TypeDescriptor, *, unpickle: bool = False) -> Decoder:
 
         return entry
     raise UnsupportedError(f"no decoder for type {desc.describe()}")
+
+
+# StreamElementSerializer's tags, and the element each names (statemeta.types.stream_element_type).
+STREAM_ELEMENT_TAGS = {
+    0: "record",  # with a timestamp
+    1: "record",  # without one
+    2: "watermark",
+    3: "latency_marker",
+    4: "watermark_status",
+    5: "record_attributes",
+    6: "internal_watermark",
+}
+RECORD_WITH_TIMESTAMP, RECORD_WITHOUT_TIMESTAMP, WATERMARK, LATENCY_MARKER = 0, 1, 2, 3
+WATERMARK_STATUS, RECORD_ATTRIBUTES, INTERNAL_WATERMARK = 4, 5, 6
+
+
+def stream_element_decoder(value: Decoder) -> Decoder:
+    """StreamElementSerializer: a tag byte, then what that element holds (a record: its timestamp if
+    it has one, then the value)."""
+
+    def element(buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
+        _need(buf, pos + 1)
+        tag = buf[pos]
+        pos += 1
+        out: dict[str, Any] = {"timestamp": None, "value": None, "status": None, "detail": None}
+        if tag not in STREAM_ELEMENT_TAGS:
+            raise DecodeError(f"expected a stream element tag 0..{len(STREAM_ELEMENT_TAGS) - 1}, got {tag}")
+        out["element"] = STREAM_ELEMENT_TAGS[tag]
+        if tag in (RECORD_WITH_TIMESTAMP, WATERMARK):
+            _need(buf, pos + 8)
+            out["timestamp"] = _BE_I64(buf, pos)[0]
+            pos += 8
+        if tag in (RECORD_WITH_TIMESTAMP, RECORD_WITHOUT_TIMESTAMP):
+            out["value"], pos = value(buf, pos)
+        elif tag == INTERNAL_WATERMARK:
+            _need(buf, pos + 12)
+            out["status"], out["timestamp"] = _BE_I32(buf, pos)[0], _BE_I64(buf, pos + 4)[0]
+            pos += 12
+        elif tag == WATERMARK_STATUS:
+            _need(buf, pos + 4)
+            out["status"] = _BE_I32(buf, pos)[0]
+            pos += 4
+        elif tag == LATENCY_MARKER:
+            _need(buf, pos + 28)
+            out["timestamp"] = _BE_I64(buf, pos)[0]
+            lower, upper, subtask = struct.unpack_from(">qqi", buf, pos + 8)
+            out["detail"] = json.dumps({"operator_lower": lower, "operator_upper": upper, "subtask": subtask})
+            pos += 28
+        elif tag == RECORD_ATTRIBUTES:
+            _need(buf, pos + 1)
+            out["detail"] = json.dumps({"backlog": buf[pos] != 0})
+            pos += 1
+        return out, pos
+
+    return element
 
 
 def map_decoder(key: Decoder, value: Decoder) -> Decoder:

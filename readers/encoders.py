@@ -27,6 +27,7 @@ given explicitly (``TtlValue`` or ``ttl_timestamp``). Flink reads either form th
 from __future__ import annotations
 
 import datetime as dt
+import json
 import operator
 import re
 import struct
@@ -44,6 +45,8 @@ from statecat.readers.decoders import (
     EPOCH_ORDINAL,
     EXACT,
     INT_MIN,
+    INTERNAL_WATERMARK,
+    LATENCY_MARKER,
     LIST_ELEMENT_DELIMITER,
     LONG_MIN,
     MAX_BIG_INTEGER_BYTES,
@@ -56,8 +59,15 @@ from statecat.readers.decoders import (
     POJO_NULL,
     POJO_SUBCLASS,
     POJO_TAGGED,
+    RECORD_ATTRIBUTES,
+    RECORD_WITH_TIMESTAMP,
+    RECORD_WITHOUT_TIMESTAMP,
     ROW_KIND_BITS,
+    STREAM_ELEMENT_TAGS,
     TIMER_TIMESTAMP_FLIP,
+    TUPLE0_TEXT,
+    WATERMARK,
+    WATERMARK_STATUS,
 )
 from statecat.readers.source_splits import (
     FILE_PENDING_MAGIC,
@@ -71,7 +81,7 @@ from statecat.statemeta.binary import MAX_UTF_BYTES, encode_modified_utf8
 from statecat.statemeta.descriptors import CoderType, parse_type
 from statecat.statemeta.errors import StatecatError, UnsupportedError
 from statecat.statemeta.source_splits import ENUMERATOR_CODEC, SPLIT_CODEC
-from statecat.statemeta.types import TypeDescriptor, key_column_type, struct_field_names
+from statecat.statemeta.types import STRUCT_KINDS, TypeDescriptor, key_column_type, struct_field_names
 
 Encoder = Callable[[Any, bytearray], None]
 _Out = TypeVar("_Out", bound=bytearray)  # what an encoder appends to: a bytearray, or one carrying write state
@@ -622,8 +632,8 @@ def _encode_local_datetime(value: Any, out: bytearray) -> None:
 
 def _encode_tuple0(value: Any, out: bytearray) -> None:
     """Tuple0Serializer: one byte, 42."""
-    if value != "()":
-        raise EncodeError('the empty tuple "()"', value)
+    if value != TUPLE0_TEXT:
+        raise EncodeError(f'the empty tuple "{TUPLE0_TEXT}"', value)
     out.append(42)
 
 
@@ -709,6 +719,24 @@ class _Options:
 
 
 def _build(desc: TypeDescriptor, options: _Options) -> Encoder:
+    encoder = _build_kind(desc, options)
+    if desc.kind in STRUCT_KINDS and not desc.fields:
+        return _empty_row(encoder)
+    return encoder
+
+
+def _empty_row(encoder: Encoder) -> Encoder:
+    """A row of no fields, read as ``"()"`` (decoders._empty_row)."""
+
+    def empty_row(value: Any, out: bytearray) -> None:
+        if value != TUPLE0_TEXT:
+            raise EncodeError(f'the empty row "{TUPLE0_TEXT}"', value)
+        encoder({}, out)
+
+    return empty_row
+
+
+def _build_kind(desc: TypeDescriptor, options: _Options) -> Encoder:
     kind = desc.kind
     simple = _SIMPLE.get(kind)
     if simple is not None:
@@ -774,9 +802,69 @@ def _build(desc: TypeDescriptor, options: _Options) -> Encoder:
             _field(value, fields["value"], out, ".value")
 
         return entry
+    if kind == "stream_element":
+        return _stream_element_encoder(_build(desc.child("value"), options))
     if kind == "timer":
         raise UnsupportedError("a timer is encoded with build_timer_encoder(key type, namespace type)")
     raise UnsupportedError(f"no encoder for type {desc.describe()}")
+
+
+_STREAM_ELEMENT_FIELDS = ("element", "timestamp", "value", "status", "detail")
+_STREAM_ELEMENTS = sorted(set(STREAM_ELEMENT_TAGS.values()))
+
+
+def _stream_element_encoder(value_encoder: Encoder) -> Encoder:
+    """StreamElementSerializer (decoders.stream_element_decoder): the tag the element and its fields say."""
+
+    def element(value: Any, out: bytearray) -> None:
+        fields = _fields_of(
+            value, _STREAM_ELEMENT_FIELDS, "a stream element {element, timestamp, value, status, detail}"
+        )
+        kind, timestamp = fields["element"], fields["timestamp"]
+        if kind == "record":
+            if timestamp is None:
+                out.append(RECORD_WITHOUT_TIMESTAMP)
+            else:
+                out.append(RECORD_WITH_TIMESTAMP)
+                out += _BE_I64(_ranged(timestamp, LONG_MIN, LONG_MAX, "a record timestamp (BIGINT)"))
+            _field(value_encoder, fields["value"], out, ".value")
+        elif kind == "watermark":
+            out.append(WATERMARK)
+            out += _BE_I64(_ranged(timestamp, LONG_MIN, LONG_MAX, "a watermark timestamp (BIGINT)"))
+        elif kind == "internal_watermark":
+            out.append(INTERNAL_WATERMARK)
+            out += _BE_I32(_ranged(fields["status"], INT_MIN, INT_MAX, "the subpartition (INT) as status"))
+            out += _BE_I64(_ranged(timestamp, LONG_MIN, LONG_MAX, "a watermark timestamp (BIGINT)"))
+        elif kind == "watermark_status":
+            out.append(WATERMARK_STATUS)
+            out += _BE_I32(_ranged(fields["status"], INT_MIN, INT_MAX, "a watermark status (INT)"))
+        elif kind == "latency_marker":
+            detail = _json_object(fields["detail"], ("operator_lower", "operator_upper", "subtask"))
+            out.append(LATENCY_MARKER)
+            out += _BE_I64(_ranged(timestamp, LONG_MIN, LONG_MAX, "a latency marker's time (BIGINT)"))
+            for name in ("operator_lower", "operator_upper"):
+                out += _BE_I64(_ranged(detail[name], LONG_MIN, LONG_MAX, f"{name} (BIGINT)"))
+            out += _BE_I32(_ranged(detail["subtask"], INT_MIN, INT_MAX, "subtask (INT)"))
+        elif kind == "record_attributes":
+            detail = _json_object(fields["detail"], ("backlog",))
+            if not isinstance(detail["backlog"], bool):
+                raise EncodeError('detail {"backlog": true or false}', fields["detail"])
+            out.append(RECORD_ATTRIBUTES)
+            out.append(1 if detail["backlog"] else 0)
+        else:
+            raise EncodeError(f"element one of {', '.join(_STREAM_ELEMENTS)}", kind)
+
+    return element
+
+
+def _json_object(text: Any, names: Sequence[str]) -> dict[str, Any]:
+    try:
+        parsed = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict) or set(parsed) != set(names):
+        raise EncodeError(f"detail as a JSON object of {', '.join(names)}", text)
+    return parsed
 
 
 def _field(encode: Callable[[Any, _Out], None], value: Any, out: _Out, step: str) -> None:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, cast
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from statecat.readers.decoders import TUPLE0_TEXT
 from statecat.readers.keygroups import key_group_for
 from statecat.readers.scan import KeyedStateScanner, ReadStats, _hashable, scanner_for
 from statecat.readers.ttl import TTL_COLUMN
@@ -97,6 +98,8 @@ def key_form(key_type: TypeDescriptor) -> str:
     if t.kind in _COMPOSITE_KINDS and t.fields:
         example = json.dumps([_example(f) for _, f in t.fields], ensure_ascii=False)
         return f"a JSON list of its {len(t.fields)} fields, e.g. '{example}'"
+    if t.kind in _COMPOSITE_KINDS:
+        return f'"{TUPLE0_TEXT}", the one key a row of no fields has'
     if t.kind in _STRING_KINDS:
         return "plain text, without quotes or brackets"
     if t.kind in _INT_RANGES:
@@ -142,6 +145,10 @@ def _coerce(value: Any, t: TypeDescriptor) -> Any:
         return _coerce(value, t.fields[0][1])
     if kind in _COMPOSITE_KINDS and t.fields:
         return _coerce_composite(value, t)
+    if kind in _COMPOSITE_KINDS:  # ROW<>: an aggregate over every row keys its state by the empty row
+        if value == TUPLE0_TEXT or value in ([], ()):
+            return TUPLE0_TEXT
+        raise KeyNotCoercible(f'{_given(value)} is not "{TUPLE0_TEXT}", the one key of type {t.describe()}')
     if isinstance(value, (list, tuple, dict)):
         raise KeyNotCoercible(f"{_given(value)} does not fit the key type {t.describe()} (one value)")
     if kind in _STRING_KINDS:

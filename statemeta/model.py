@@ -150,7 +150,7 @@ class StateInfo:
         serializers: dict[str, list[str]] = {}
         for part in (self.key, self.namespace, self.user_key, self.value):
             if part is not None:
-                for text in part.raw_reasons():  # "serializer: reason"
+                for text in part.bytes_reasons():  # "serializer: reason"
                     serializer, _, reason = text.partition(": ")
                     names = serializers.setdefault(reason, [])
                     if serializer not in names:
@@ -504,9 +504,13 @@ def _keyed_state(
             value = TypeDescriptor.of("map", [("key", user_key), ("value", collapse_raw(value.child("value")))])
         else:
             notes.append(f"MapState with a {value.kind} serializer")
-            # An unreadable serializer keeps its own reason (e.g. the unknown class inside it).
-            value = TypeDescriptor.raw(
-                value.describe(), "; ".join(value.raw_reasons()) or "MapState whose serializer is not a MapSerializer"
+            # An unreadable serializer keeps its own reason (e.g. the unknown class inside it). The map's
+            # shape stays: each user key ends its entry's composite key and each value is its entry's
+            # value, so a key's entries are bytes, one per user key.
+            reason = "; ".join(value.raw_reasons()) or "MapState whose serializer is not a MapSerializer"
+            user_key = TypeDescriptor.raw(f"{value.describe()} (map key)", reason)
+            value = TypeDescriptor.of(
+                "map", [("key", user_key), ("value", TypeDescriptor.raw(f"{value.describe()} (map value)", reason))]
             )
     elif state_type == "LIST" and value.kind != "list":
         value = TypeDescriptor.raw(

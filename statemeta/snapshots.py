@@ -17,7 +17,7 @@ from statecat.statemeta.avro import AVRO_SNAPSHOT, avro_snapshot
 from statecat.statemeta.binary import DataInput
 from statecat.statemeta.errors import FormatError, StatecatError
 from statecat.statemeta.javaser import java_list, parse_java_object
-from statecat.statemeta.types import TypeDescriptor, struct_field_names
+from statecat.statemeta.types import TypeDescriptor, stream_element_type, struct_field_names
 
 SNAPSHOT_PROXY_VERSION = 2
 COMPOSITE_MAGIC = 0x000DE704
@@ -304,6 +304,22 @@ def _list(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     return TypeDescriptor.of("list", [("element", nested[0])])
 
 
+def _linked_list(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    """The table runtime's LinkedListSerializer (LAG's buffer): outer version 1 adds ``hasNullMask``, a
+    boolean; with it the elements follow a null mask, which statecat does not decode."""
+    attrs, nested = reader.composite(
+        version, name, lambda r, outer_version: {"null_mask": outer_version >= 1 and r.data.read_bool()}, nested=1
+    )
+    if attrs["null_mask"]:
+        return TypeDescriptor.raw("LinkedListSerializer", "a LinkedList written with a null mask is not decoded")
+    return TypeDescriptor.of("list", [("element", nested[0])])
+
+
+def _stream_element(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    _, nested = reader.composite(version, name, nested=1)
+    return stream_element_type(nested[0])
+
+
 def _map(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     _, nested = reader.composite(version, name, nested=2)
     return TypeDescriptor.of("map", [("key", nested[0]), ("value", nested[1])])
@@ -524,12 +540,42 @@ COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor
     TABLE + "BinaryRowDataSerializer$BinaryRowDataSerializerSnapshot": _binary_rowdata,
     TABLE + "ArrayDataSerializer$ArrayDataSerializerSnapshot": _array_data,
     TABLE + "MapDataSerializer$MapDataSerializerSnapshot": _map_data,
-    TABLE + "LinkedListSerializer$LinkedListSerializerSnapshot": _list,
+    TABLE + "LinkedListSerializer$LinkedListSerializerSnapshot": _linked_list,
+    "org.apache.flink.streaming.runtime.streamrecord.StreamElementSerializer$StreamElementSerializerSnapshot": (
+        _stream_element
+    ),
     AVRO_SNAPSHOT: avro_snapshot,  # flink-avro's AvroSerializer: typed by its writer schema
 }
 
 
 # ----------------------------------------------------------------------------- logical types
+
+
+# The serializer behind a DataView field of an accumulator (MapView, ListView): the view's entries live
+# in a state of their own, the row holds nothing.
+DATAVIEW_PLACEHOLDER_SERIALIZER = "org.apache.flink.table.dataview.NullSerializer"
+
+
+def _class_name(obj: object, field: str) -> str:
+    value = obj.get(field) if isinstance(obj, dict) else None
+    if isinstance(value, dict):
+        value = value.get("name") or value.get("@class")
+    return value[:200] if isinstance(value, str) else "?"
+
+
+def _stored_bytes_reason(root: str, obj: dict) -> tuple[str, str]:
+    """(what the field is, why its bytes are shown as stored) for a SQL type statecat keeps as bytes."""
+    if root == "RAW":
+        clazz, serializer = _class_name(obj, "clazz"), _class_name(obj, "serializer")
+        if serializer == DATAVIEW_PLACEHOLDER_SERIALIZER:
+            return f"RAW('{clazz}')", (
+                "a DataView placeholder: the accumulator's view keeps its entries in a state of its own, and the "
+                "row holds nothing"
+            )
+        return f"RAW('{clazz}')", f"written by the job's serializer {serializer}, shown as stored"
+    if root == "STRUCTURED_TYPE":
+        return f"STRUCTURED_TYPE({_class_name(obj, 'implementationClass')})", "a structured type, shown as stored"
+    return root, f"{root} values are shown as stored"
 
 
 def logical_type(obj: object, data: DataInput, depth: int = 0) -> TypeDescriptor:
@@ -603,5 +649,6 @@ def logical_type(obj: object, data: DataInput, depth: int = 0) -> TypeDescriptor
             return TypeDescriptor.of("INTEGER", nullable=nullable)
         if root == "INTERVAL_DAY_TIME":
             return TypeDescriptor.of("BIGINT", nullable=nullable)
-        return TypeDescriptor.of("RAW", nullable=nullable, logical=root)
+        shown_as, reason = _stored_bytes_reason(root, obj)
+        return TypeDescriptor.of("RAW", nullable=nullable, logical=root, shown_as=shown_as, reason=reason)
     return TypeDescriptor.of(root, nullable=nullable)

@@ -111,6 +111,7 @@ SERIALIZER_CLASSES.update(
         # PyFlink process mode: Java keeps byte[] (map keys: ByteArrayWrapper) holding PyFlink coder bytes.
         "pyflink": _BASE + "array.BytePrimitiveArraySerializer",
         "broadcast_entry": None,
+        "stream_element": "org.apache.flink.streaming.runtime.streamrecord.StreamElementSerializer",
     }
 )
 for _snapshot, _kind in PRIMITIVE_ARRAY_SNAPSHOTS.items():

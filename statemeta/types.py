@@ -69,7 +69,7 @@ LOGICAL_SQL_TYPES = {
     "NULL": "STRING",
 }
 
-STRUCT_KINDS = ("tuple", "row", "pojo", "rowdata", "ROW", "either", "broadcast_entry")
+STRUCT_KINDS = ("tuple", "row", "pojo", "rowdata", "ROW", "either", "broadcast_entry", "stream_element")
 # Window namespaces are structs of fixed fields: a TimeWindow's bounds (epoch ms), a CountWindow's id.
 WINDOW_FIELDS = {"time_window": ("start", "end"), "count_window": ("id",)}
 
@@ -112,6 +112,18 @@ class TypeDescriptor:
         reasons = []
         for _, child in self.fields:
             reasons.extend(child.raw_reasons())
+        return reasons
+
+    def bytes_reasons(self) -> list[str]:
+        """Why parts of this type come out as bytes: raw_reasons(), and the SQL fields a binary row
+        frames but statecat shows as stored (RAW, STRUCTURED_TYPE; decoding goes on around them)."""
+        if self.kind == "raw":
+            return self.raw_reasons()
+        if self.kind == "RAW":
+            return [f"{self.attr('shown_as') or 'RAW'}: {self.attr('reason') or 'shown as stored'}"]
+        reasons = []
+        for _, child in self.fields:
+            reasons.extend(child.bytes_reasons())
         return reasons
 
     @property
@@ -205,6 +217,8 @@ class TypeDescriptor:
             return f"{label}<" + ", ".join(f"{n} {t.describe()}" for n, t in self.fields) + ">"
         if kind == "timer":
             return f"TIMER<{self.child('key').describe()}, {self.child('namespace').describe()}>"
+        if kind == "stream_element":
+            return f"STREAM_ELEMENT<{self.child('value').describe()}>"
         if kind == "enum":
             return f"ENUM {self.attr('class')}"
         return kind.upper()
@@ -298,6 +312,23 @@ def has_kryo(desc: TypeDescriptor | None) -> bool:
     if desc.kind == "raw" and (desc.attr("kryo_class") or desc.attr("uncollapsed")):
         return True
     return any(has_kryo(child) for _, child in desc.fields)
+
+
+def stream_element_type(value: TypeDescriptor) -> TypeDescriptor:
+    """StreamElementSerializer's elements: the records and watermarks an async operator buffers. Which
+    element it is, its time (a record's timestamp, a watermark's, a latency marker's), a record's
+    value, a watermark status (or an internal watermark's subpartition), and as JSON what a latency
+    marker or record attributes carry besides."""
+    return TypeDescriptor.of(
+        "stream_element",
+        [
+            ("element", TypeDescriptor.of("string")),
+            ("timestamp", TypeDescriptor.of("long")),
+            ("value", value),
+            ("status", TypeDescriptor.of("int")),
+            ("detail", TypeDescriptor.of("string")),
+        ],
+    )
 
 
 def key_column_type(key: TypeDescriptor) -> TypeDescriptor:

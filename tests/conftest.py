@@ -35,6 +35,7 @@ SLOW_FIRST = (
     "test_catalog_cli.py",
     "test_columnar_scan.py",
     "test_kryo_state.py",
+    "test_flink_restore_tests.py",
     "test_notebook.py",
     "test_fuzz.py",
 )
