@@ -11,12 +11,16 @@ from pathlib import Path
 
 import pytest
 
-# Every JVM the suite starts (Spark sessions and servers, the metastore, spark-sql, beeline, Flink
-# jobs) is short-lived and compiles far more than it runs: with the C1 compiler only, a Spark
-# session's start and first queries take 40 % less CPU (48 -> 29 s measured on 2026-11-29), and
-# the suite is CPU-bound on two cores. Empty: the JDK's defaults.
+# The JVMs the suite starts in other processes (statecat commands and servers, the metastore,
+# spark-sql, beeline, Flink jobs) are short-lived and compile far more than they run: with the C1
+# compiler only, a Spark session's start and first queries take 40 % less CPU (48 -> 29 s measured on
+# 2026-11-29), and the suite is CPU-bound on two cores. The Spark session each pytest process keeps
+# runs hundreds of queries and keeps the JDK's defaults: under C1 alone the modules that use it took
+# up to 60 % longer (test_write_sql, test_edit_differential, test_columnar_scan). Empty: the JDK's
+# defaults everywhere.
 TEST_JVM_OPTIONS = os.environ.get("STATECAT_TEST_JVM_OPTIONS", "-XX:TieredStopAtLevel=1")
 _WRAPPED_JDK = "STATECAT_TEST_WRAPPED_JAVA_HOME"
+_REAL_JDK = "STATECAT_TEST_REAL_JAVA_HOME"
 
 # The modules that take longest (minutes each: JVM servers, real-Flink runs; measured by
 # `--junitxml` on 2026-11-29), run first: .ci/test hands whole modules to its workers in this order,
@@ -44,31 +48,52 @@ SLOW_FIRST = (
 def pytest_configure(config):
     """JAVA_HOME becomes a copy of the JDK's directory of links whose ``bin/java`` adds
     TEST_JVM_OPTIONS: every launcher (spark-submit, Flink's, statecat's own) finds java there. The
-    controller makes it; xdist's workers inherit the environment."""
-    if not TEST_JVM_OPTIONS or os.environ.get(_WRAPPED_JDK):
+    controller makes it; xdist's workers inherit the environment. Each process's own Spark session
+    starts from the real JDK (_own_session_on_the_real_jdk)."""
+    if not TEST_JVM_OPTIONS:
         return
-    java = (
-        shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin"))
-        if os.environ.get("JAVA_HOME")
-        else shutil.which("java")
-    )
-    if java is None:
-        return  # the tests that need a JVM say so themselves
-    real_home = Path(java).resolve().parents[1]
-    wrapped = Path(tempfile.mkdtemp(prefix="statecat-test-jdk-"))
-    for entry in real_home.iterdir():
-        if entry.name != "bin":
-            (wrapped / entry.name).symlink_to(entry)
-    (wrapped / "bin").mkdir()
-    for tool in (real_home / "bin").iterdir():
-        if tool.name != "java":
-            (wrapped / "bin" / tool.name).symlink_to(tool)
-    launcher = wrapped / "bin" / "java"
-    launcher.write_text(f'#!/bin/sh\nexec "{real_home / "bin" / "java"}" {TEST_JVM_OPTIONS} "$@"\n')
-    launcher.chmod(0o755)
-    config._statecat_wrapped_jdk = wrapped
-    os.environ[_WRAPPED_JDK] = os.environ["JAVA_HOME"] = str(wrapped)
-    os.environ["PATH"] = f"{wrapped / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    if not os.environ.get(_WRAPPED_JDK):
+        java = (
+            shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin"))
+            if os.environ.get("JAVA_HOME")
+            else shutil.which("java")
+        )
+        if java is None:
+            return  # the tests that need a JVM say so themselves
+        real_home = Path(java).resolve().parents[1]
+        wrapped = Path(tempfile.mkdtemp(prefix="statecat-test-jdk-"))
+        for entry in real_home.iterdir():
+            if entry.name != "bin":
+                (wrapped / entry.name).symlink_to(entry)
+        (wrapped / "bin").mkdir()
+        for tool in (real_home / "bin").iterdir():
+            if tool.name != "java":
+                (wrapped / "bin" / tool.name).symlink_to(tool)
+        launcher = wrapped / "bin" / "java"
+        launcher.write_text(f'#!/bin/sh\nexec "{real_home / "bin" / "java"}" {TEST_JVM_OPTIONS} "$@"\n')
+        launcher.chmod(0o755)
+        config._statecat_wrapped_jdk = wrapped
+        os.environ[_REAL_JDK] = str(real_home)
+        os.environ[_WRAPPED_JDK] = os.environ["JAVA_HOME"] = str(wrapped)
+        os.environ["PATH"] = f"{wrapped / 'bin'}{os.pathsep}{os.environ['PATH']}"
+    _own_session_on_the_real_jdk(os.environ[_REAL_JDK])
+
+
+def _own_session_on_the_real_jdk(real_home: str) -> None:
+    """The JVM pyspark starts for this process's own session (spark-class runs $JAVA_HOME/bin/java)."""
+    import pyspark.core.context as spark_context
+
+    launch = spark_context.launch_gateway
+
+    def launch_on_the_real_jdk(*args, **kwargs):
+        wrapped = os.environ["JAVA_HOME"]
+        os.environ["JAVA_HOME"] = real_home
+        try:
+            return launch(*args, **kwargs)
+        finally:
+            os.environ["JAVA_HOME"] = wrapped
+
+    spark_context.launch_gateway = launch_on_the_real_jdk
 
 
 def pytest_unconfigure(config):
