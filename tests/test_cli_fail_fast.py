@@ -1,8 +1,8 @@
 """Argument mistakes answer at once, before Spark starts; output is whole; statecat's JVMs are quiet.
 
 Each mistake runs the real command in a fresh process and must exit 2 with one line naming what is
-wrong, within ``FAST_SECONDS`` (Spark alone takes several seconds to start), and without creating
-the statecat home (so no Spark and no metastore was started). The rest checks what the commands
+wrong, without starting a JVM (its ``java`` records any start: Spark alone takes several seconds)
+and without creating the statecat home (so no Spark and no metastore was started). The rest checks what the commands
 print: JSON ending in a newline, tables that do not cut cells, and the stderr filter that drops
 the JDK's incubator-module warning from the JVMs statecat starts.
 """
@@ -17,7 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -27,8 +27,6 @@ from statecat.catalog.cli.output import write_rows, write_table
 from statecat.catalog.servers.spark_tools import forward, run_filtered, without_incubator_warning
 from tests.fixtures.expected import savepoint_dir
 
-# The issue asks for "under a second"; the margin is for a machine busy with other tests.
-FAST_SECONDS = 1.5
 CASE = "sql_groupby_hashmap_2.3"
 STATECAT = [sys.executable, "-m", "statecat.catalog.cli"]
 WARNING = "WARNING: Using incubator modules: jdk.incubator.vector"
@@ -111,41 +109,53 @@ MISTAKES = {
 
 
 @pytest.mark.parametrize("name", list(MISTAKES))
-def test_argument_mistakes_answer_in_under_a_second_before_spark_starts(name, places):
+def test_argument_mistakes_answer_before_spark_starts(name, places, tmp_path):
     args, message = MISTAKES[name]
     args = [a.format(**places) for a in args]
     message = message.format(**{k: re.escape(v) for k, v in places.items()})
-    env = {k: v for k, v in os.environ.items() if k != "STATECAT_HOME"}
+    env, java_started = _recording_java(tmp_path)
     env["STATECAT_HOME"] = places["home"]
-    started = time.monotonic()
     done = subprocess.run([*STATECAT, *args], capture_output=True, text=True, env=env, timeout=60)
-    elapsed = time.monotonic() - started
     assert done.returncode == 2, done
     assert done.stdout == ""
     last = done.stderr.splitlines()[-1]
     assert re.search(message, last), done.stderr
     # statecat's own errors are one line; argparse's (a malformed option) come after the usage.
     assert re.match(r"statecat( [\w-]+)?: error: ", last) and "Traceback" not in done.stderr, done.stderr
-    assert elapsed < FAST_SECONDS, f"{elapsed:.2f} s"
+    assert not java_started.exists(), f"a JVM was started: {java_started.read_text()}"
     assert not os.path.exists(places["home"]), "the home was created: Spark or the metastore started"
 
 
-def test_a_port_in_use_is_refused_before_spark_starts(places):
+def _recording_java(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose ``java`` (on PATH and in JAVA_HOME) records its arguments and fails."""
+    jdk = tmp_path / "recording-jdk"
+    started = jdk / "started"
+    (jdk / "bin").mkdir(parents=True, exist_ok=True)
+    java = jdk / "bin" / "java"
+    java.write_text(f'#!/bin/sh\necho "$@" >> "{started}"\nexit 1\n')
+    java.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "STATECAT_HOME"}
+    env["JAVA_HOME"] = str(jdk)
+    env["PATH"] = f"{jdk / 'bin'}{os.pathsep}{env['PATH']}"
+    return env, started
+
+
+def test_a_port_in_use_is_refused_before_spark_starts(places, tmp_path):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        started = time.monotonic()
+        env, java_started = _recording_java(tmp_path)
         done = subprocess.run(
             [*STATECAT, "serve", "--home", places["home"], "--port", str(port), places["empty"]],
             capture_output=True,
             text=True,
+            env=env,
             timeout=60,
         )
-        elapsed = time.monotonic() - started
     assert done.returncode == 2
     assert done.stderr.startswith(f"statecat: error: cannot serve on 127.0.0.1:{port}: "), done.stderr
-    assert elapsed < FAST_SECONDS, f"{elapsed:.2f} s"
+    assert not java_started.exists(), f"a JVM was started: {java_started.read_text()}"
 
 
 def test_choosing_a_command_imports_neither_spark_nor_the_readers():
