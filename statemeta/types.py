@@ -107,24 +107,19 @@ class TypeDescriptor:
 
     def raw_reasons(self) -> list[str]:
         """Why (parts of) this type come out as raw bytes; empty when it decodes fully."""
-        if self.kind == "raw":
-            return [f"{self.attr('serializer')}: {self.attr('reason')}"]
-        reasons = []
-        for _, child in self.fields:
-            reasons.extend(child.raw_reasons())
-        return reasons
+        return self._reasons(stored_fields=False)
 
     def bytes_reasons(self) -> list[str]:
         """Why parts of this type come out as bytes: raw_reasons(), and the SQL fields a binary row
         frames but statecat shows as stored (RAW, STRUCTURED_TYPE; decoding goes on around them)."""
+        return self._reasons(stored_fields=True)
+
+    def _reasons(self, stored_fields: bool) -> list[str]:
         if self.kind == "raw":
-            return self.raw_reasons()
-        if self.kind == "RAW":
+            return [f"{self.attr('serializer')}: {self.attr('reason')}"]
+        if stored_fields and self.kind == "RAW":
             return [f"{self.attr('shown_as') or 'RAW'}: {self.attr('reason') or 'shown as stored'}"]
-        reasons = []
-        for _, child in self.fields:
-            reasons.extend(child.bytes_reasons())
-        return reasons
+        return [reason for _, child in self.fields for reason in child._reasons(stored_fields)]
 
     @property
     def fixed_length(self) -> int | None:
