@@ -60,6 +60,7 @@ _SCALARS = {
     "NULL": pa.string(),
     "tuple0": pa.string(),
     "kryo_any": pa.string(),  # a Kryo value of a class known only at run time, as JSON text
+    "dewey_number": pa.string(),  # CEP's version of a partial match, as DeweyNumber.toString() writes it ("1.0.2")
 }
 
 

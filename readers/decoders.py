@@ -20,7 +20,7 @@ from decimal import MAX_EMAX, MAX_PREC, MIN_EMIN, Context, Decimal
 from typing import Any
 
 from statecat.statemeta.errors import UnsupportedError
-from statecat.statemeta.types import STRUCT_KINDS, TypeDescriptor, key_column_type
+from statecat.statemeta.types import CEP_KINDS, STRUCT_KINDS, TypeDescriptor, key_column_type
 
 Decoder = Callable[[bytes, int], tuple[Any, int]]
 
@@ -522,6 +522,14 @@ def _build_decoder(desc: TypeDescriptor, unpickle: bool) -> Decoder:
         return build_pyflink_decoder(desc, unpickle=unpickle)
     if kind == "stream_element":
         return stream_element_decoder(build_decoder(desc.child("value"), unpickle=unpickle))
+    if kind in CEP_KINDS or kind == "dewey_number":  # CEP's NFA state and shared buffer
+        from statecat.readers.cep import build_cep_decoder
+
+        return build_cep_decoder(desc, lambda child: build_decoder(child, unpickle=unpickle))
+    if kind == "java_serialized":  # JavaSerializer: a Java serialization stream, walked, never deserialized
+        from statecat.readers.java_serialized import decode_java_serialized
+
+        return decode_java_serialized
     if kind == "broadcast_entry":
         key = build_decoder(desc.child("key"), unpickle=unpickle)
         value = build_decoder(desc.child("value"), unpickle=unpickle)

@@ -81,7 +81,7 @@ from statecat.statemeta.binary import MAX_UTF_BYTES, encode_modified_utf8
 from statecat.statemeta.descriptors import CoderType, parse_type
 from statecat.statemeta.errors import StatecatError, UnsupportedError
 from statecat.statemeta.source_splits import ENUMERATOR_CODEC, SPLIT_CODEC
-from statecat.statemeta.types import STRUCT_KINDS, TypeDescriptor, key_column_type, struct_field_names
+from statecat.statemeta.types import CEP_KINDS, STRUCT_KINDS, TypeDescriptor, key_column_type, struct_field_names
 
 Encoder = Callable[[Any, bytearray], None]
 _Out = TypeVar("_Out", bound=bytearray)  # what an encoder appends to: a bytearray, or one carrying write state
@@ -804,6 +804,14 @@ def _build_kind(desc: TypeDescriptor, options: _Options) -> Encoder:
         return entry
     if kind == "stream_element":
         return _stream_element_encoder(_build(desc.child("value"), options))
+    if kind in CEP_KINDS or kind == "dewey_number":  # CEP's NFA state and shared buffer (readers/cep.py)
+        from statecat.readers.cep import build_cep_encoder
+
+        return build_cep_encoder(desc, lambda child: _build(child, options))
+    if kind == "java_serialized":  # the stored stream, checked against its reading (readers/java_serialized.py)
+        from statecat.readers.java_serialized import encode_java_serialized
+
+        return encode_java_serialized
     if kind == "timer":
         raise UnsupportedError("a timer is encoded with build_timer_encoder(key type, namespace type)")
     raise UnsupportedError(f"no encoder for type {desc.describe()}")

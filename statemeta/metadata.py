@@ -1,4 +1,4 @@
-"""The ``_metadata`` file of a Flink savepoint or retained checkpoint, versions 3 to 7 (Flink 1.15–2.3+).
+"""The ``_metadata`` file of a Flink savepoint or retained checkpoint, versions 3 to 7 (Flink 1.11–2.3+).
 
 Parses into plain frozen objects: operators, subtask states and state handles. Inline state
 (byte stream handles) is not copied: an ``InlineStream`` records where its bytes lie inside
@@ -263,7 +263,7 @@ class _MetadataParser:
                 f"unknown _metadata version {self.version}; supported versions: {supported}",
                 file=data.name,
                 offset=at,
-                hint="Take the savepoint with a Flink release between 1.15 and 2.3",
+                hint="Take the savepoint with a Flink release between 1.11 and 2.3",
             )
         checkpoint_id = data.read_i64()
         masters = tuple(self._master_state() for _ in range(self._count("number of master states", MAX_ENTRIES)))

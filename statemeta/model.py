@@ -417,11 +417,14 @@ def key_group_layout(storage: Storage, handle: KeyGroupsHandle) -> str:
     """The layout of a key-groups handle's data (see KEY_GROUP_LAYOUTS).
 
     Tag 12 (checkpoint) handles are written by the heap backend, and in Flink 1.15 also by RocksDB's
-    full checkpoints in the canonical layout. The heap writes every key-group of its range (no
+    full checkpoints in the canonical layout. Tag 3 (legacy) handles, Flink 1.14's and before, hold
+    RocksDB's full snapshots (canonical) or the heap backend's checkpoints and, until 1.12, its
+    savepoints, in the heap's own layout (Flink 1.13 gave savepoints tag 7 and one format,
+    FLINK-20978 and FLINK-21206). The heap writes every key-group of its range (no
     offset is 0) and starts each with its id as an i32; a canonical key-group starts with a u16
     state id and the first key's i32 length, which could only read as the key-group's id for
     key-group 0, so the first two key-groups are checked."""
-    if handle.kind != "checkpoint" or not handle.offsets or 0 in handle.offsets:
+    if handle.kind == "savepoint" or not handle.offsets or 0 in handle.offsets:
         return "canonical"
     for i, offset in enumerate(handle.offsets[:2]):
         data, _, _ = read_stream_bytes(storage, handle.stream, offset, 4)

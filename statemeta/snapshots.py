@@ -17,7 +17,7 @@ from statecat.statemeta.avro import AVRO_SNAPSHOT, avro_snapshot
 from statecat.statemeta.binary import DataInput
 from statecat.statemeta.errors import FormatError, StatecatError
 from statecat.statemeta.javaser import java_list, parse_java_object
-from statecat.statemeta.types import TypeDescriptor, stream_element_type, struct_field_names
+from statecat.statemeta.types import TypeDescriptor, java_serialized_type, stream_element_type, struct_field_names
 
 SNAPSHOT_PROXY_VERSION = 2
 COMPOSITE_MAGIC = 0x000DE704
@@ -34,6 +34,8 @@ MAX_FIELDS = 1 << 16
 # Serializers and logical types nested deeper than this are damaged data, not a real type (and
 # would otherwise exhaust Python's recursion limit).
 MAX_NESTING = 64
+# TimestampKind of a processing-time attribute (TimestampType, LocalZonedTimestampType).
+PROCTIME_KIND = "PROCTIME"
 # Flink's own bounds on the parameters of the table types statecat decodes.
 MAX_DECIMAL_PRECISION = 38
 MAX_TIMESTAMP_PRECISION = 9
@@ -52,6 +54,12 @@ BASE = "org.apache.flink.api.common.typeutils.base."
 ARRAY = BASE + "array."
 RUNTIME = "org.apache.flink.api.java.typeutils.runtime."
 TABLE = "org.apache.flink.table.runtime.typeutils."
+CEP = "org.apache.flink.cep.nfa."
+CEP_BUFFER = CEP + "sharedbuffer."
+SORTED_MAP_SNAPSHOT_VERSION = 3  # the only one Flink 1.15-2.3 write
+# NFAStateSerializerSnapshot's outer versions from this one on record whether computation states carry
+# the previous event's timestamp.
+FIRST_NFA_SNAPSHOT_WITH_PREVIOUS_TIMESTAMP = 2
 
 
 def _simple(prefix: str, name: str) -> str:
@@ -325,6 +333,88 @@ def _map(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     return TypeDescriptor.of("map", [("key", nested[0]), ("value", nested[1])])
 
 
+def _sorted_map(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    """The table runtime's SortedMapSerializer (rank with retraction): its comparator, Java-serialized,
+    then the key and value serializers. Values are MapSerializer's layout, entries in the comparator's
+    order; the comparator is walked as data for its class name, never loaded."""
+    if version != SORTED_MAP_SNAPSHOT_VERSION:
+        raise UnknownSnapshotError(f"{name} (version {version})", file=reader.data.name, offset=reader.data.offset)
+    comparator = reader.java_object()
+    key, value = reader.nested(2)
+    comparator_class = comparator.get("@class") if isinstance(comparator, dict) else None
+    return TypeDescriptor.of(
+        "map",
+        [("key", key), ("value", value)],
+        comparator=comparator_class[:200] if isinstance(comparator_class, str) else "?",
+    )
+
+
+def _simple_payload(make: Callable[[], TypeDescriptor]) -> Callable[[SnapshotReader, int, str], TypeDescriptor]:
+    """A SimpleTypeSerializerSnapshot of a serializer whose descriptor has fields (a fixed layout)."""
+
+    def parse(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+        if version < FIRST_SIMPLE_SNAPSHOT_VERSION_WITHOUT_NAME:
+            reader.data.read_utf()
+        return make()
+
+    return parse
+
+
+def _cep_event_id() -> TypeDescriptor:
+    return TypeDescriptor.of(
+        "cep_event_id", [("id", TypeDescriptor.of("int")), ("timestamp", TypeDescriptor.of("long"))]
+    )
+
+
+def _cep_node_id(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    """NodeId: the event's id and the pattern stage (page) it was taken by."""
+    _, nested = reader.composite(version, name, nested=1)
+    return TypeDescriptor.of("cep_node_id", [("event_id", nested[0]), ("page_name", TypeDescriptor.of("string"))])
+
+
+def _cep_lockable(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    """Lockable<V>: how many partial matches hold the value, then the value."""
+    _, nested = reader.composite(version, name, nested=1)
+    return TypeDescriptor.of("cep_lockable", [("ref_count", TypeDescriptor.of("int")), ("value", nested[0])])
+
+
+def _cep_shared_buffer_edge(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    _, (node_id, dewey) = reader.composite(version, name, nested=2)
+    return TypeDescriptor.of("cep_shared_buffer_edge", [("target", node_id), ("version", dewey)])
+
+
+def _cep_shared_buffer_node(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    """SharedBufferNode (V2 snapshot): its edges to the previous events, each Lockable."""
+    _, (edge,) = reader.composite(version, name, nested=1)
+    lockable_edge = TypeDescriptor.of("cep_lockable", [("ref_count", TypeDescriptor.of("int")), ("value", edge)])
+    return TypeDescriptor.of(
+        "cep_shared_buffer_node", [("edges", TypeDescriptor.of("list", [("element", lockable_edge)]))]
+    )
+
+
+def _cep_nfa_state(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
+    """NFAState: the partial and the completed matches, each a computation state. From outer version 2
+    a flag says whether each carries the previous event's timestamp (Flink writes it since 1.16)."""
+
+    def outer(r: SnapshotReader, outer_version: int) -> dict:
+        return {
+            "previous_timestamp": outer_version >= FIRST_NFA_SNAPSHOT_WITH_PREVIOUS_TIMESTAMP and r.data.read_bool()
+        }
+
+    attrs, (dewey, node_id, event_id) = reader.composite(version, name, outer, nested=3)
+    fields = [
+        ("state_name", TypeDescriptor.of("string")),
+        ("previous_entry", node_id),
+        ("version", dewey),
+        ("start_timestamp", TypeDescriptor.of("long")),
+    ]
+    if attrs["previous_timestamp"]:
+        fields.append(("previous_timestamp", TypeDescriptor.of("long")))
+    fields.append(("start_event", event_id))  # after a presence byte (readers/cep.py)
+    matches = TypeDescriptor.of("list", [("element", TypeDescriptor.of("cep_computation_state", fields))])
+    return TypeDescriptor.of("cep_nfa_state", [("partial_matches", matches), ("completed_matches", matches)])
+
+
 def _generic_array(reader: SnapshotReader, version: int, name: str) -> TypeDescriptor:
     attrs, nested = reader.composite(version, name, lambda r, v: {"class": r.data.read_utf()}, nested=1)
     return TypeDescriptor.of("generic_array", [("element", nested[0])], **attrs)
@@ -544,6 +634,19 @@ COMPLEX_SNAPSHOTS: dict[str, Callable[[SnapshotReader, int, str], TypeDescriptor
     "org.apache.flink.streaming.runtime.streamrecord.StreamElementSerializer$StreamElementSerializerSnapshot": (
         _stream_element
     ),
+    TABLE + "SortedMapSerializerSnapshot": _sorted_map,
+    "org.apache.flink.runtime.state.JavaSerializer$JavaSerializerSnapshot": _simple_payload(java_serialized_type),
+    CEP + "NFAStateSerializerSnapshot": _cep_nfa_state,
+    CEP + "DeweyNumber$DeweyNumberSerializer$DeweyNumberSerializerSnapshot": _simple_payload(
+        lambda: TypeDescriptor.of("dewey_number")
+    ),
+    CEP_BUFFER + "EventId$EventIdSerializer$EventIdSerializerSnapshot": _simple_payload(_cep_event_id),
+    CEP_BUFFER + "NodeId$NodeIdSerializer$NodeIdSerializerSnapshot": _cep_node_id,
+    CEP_BUFFER + "LockableTypeSerializerSnapshot": _cep_lockable,
+    CEP_BUFFER + "SharedBufferEdge$SharedBufferEdgeSerializer$SharedBufferEdgeSerializerSnapshot": (
+        _cep_shared_buffer_edge
+    ),
+    CEP_BUFFER + "SharedBufferNodeSerializerSnapshotV2": _cep_shared_buffer_node,
     AVRO_SNAPSHOT: avro_snapshot,  # flink-avro's AvroSerializer: typed by its writer schema
 }
 
@@ -599,7 +702,9 @@ def logical_type(obj: object, data: DataInput, depth: int = 0) -> TypeDescriptor
         # Flink's LogicalTypeRoot is a closed enum: another name is damage (or a Flink newer than
         # statecat), never a type whose binary layout could be guessed.
         raise FormatError(f"expected a LogicalTypeRoot, got {root[:64]!r}", file=data.name, offset=data.offset)
-    nullable = bool(obj.get("isNullable", True))
+    # A processing-time attribute is a placeholder Flink computes when it is read: rows store NULL
+    # there (CEP's buffered events, for one), whatever nullability the type declares.
+    nullable = bool(obj.get("isNullable", True)) or obj.get("kind") == PROCTIME_KIND
     if root in _LOGICAL_ROOTS_WITH_LENGTH:
         _check_range(f"{root} length", obj.get("length"), 0, MAX_TYPE_LENGTH, data.name, data.offset)
         return TypeDescriptor.of(root, length=obj.get("length"), nullable=nullable)

@@ -112,6 +112,15 @@ SERIALIZER_CLASSES.update(
         "pyflink": _BASE + "array.BytePrimitiveArraySerializer",
         "broadcast_entry": None,
         "stream_element": "org.apache.flink.streaming.runtime.streamrecord.StreamElementSerializer",
+        "java_serialized": "org.apache.flink.runtime.state.JavaSerializer",
+        "dewey_number": "org.apache.flink.cep.nfa.DeweyNumber$DeweyNumberSerializer",
+        "cep_nfa_state": "org.apache.flink.cep.nfa.NFAStateSerializer",
+        "cep_computation_state": None,  # written by NFAStateSerializer itself
+        "cep_event_id": "org.apache.flink.cep.nfa.sharedbuffer.EventId$EventIdSerializer",
+        "cep_node_id": "org.apache.flink.cep.nfa.sharedbuffer.NodeId$NodeIdSerializer",
+        "cep_lockable": "org.apache.flink.cep.nfa.sharedbuffer.Lockable$LockableTypeSerializer",
+        "cep_shared_buffer_edge": "org.apache.flink.cep.nfa.sharedbuffer.SharedBufferEdge$SharedBufferEdgeSerializer",
+        "cep_shared_buffer_node": "org.apache.flink.cep.nfa.sharedbuffer.SharedBufferNodeSerializer",
     }
 )
 for _snapshot, _kind in PRIMITIVE_ARRAY_SNAPSHOTS.items():
@@ -126,6 +135,8 @@ def serializer_class(desc: TypeDescriptor) -> str | None:
         return SERIALIZER_CLASSES.get(f"primitive_array<{desc.fields[0][1].kind}>")
     if desc.kind == "pyflink" and desc.attr("layout") == "plain" and desc.attr("java_class"):
         return desc.attr("java_class")
+    if desc.kind == "map" and desc.attr("comparator"):
+        return _TABLE + "SortedMapSerializer"
     return SERIALIZER_CLASSES.get(desc.kind)
 
 

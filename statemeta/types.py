@@ -46,6 +46,7 @@ SCALAR_SQL_TYPES = {
     "string_data": "STRING",
     "raw": "BINARY",
     "pickled": "STRING",
+    "dewey_number": "STRING",
 }
 
 # SQL logical types (Flink's LogicalTypeRoot names) without children, with their Spark SQL type.
@@ -69,7 +70,28 @@ LOGICAL_SQL_TYPES = {
     "NULL": "STRING",
 }
 
-STRUCT_KINDS = ("tuple", "row", "pojo", "rowdata", "ROW", "either", "broadcast_entry", "stream_element")
+# CEP's NFA state and shared buffer (flink-cep), statecat's kind for each of their serializers.
+CEP_KINDS = {
+    "cep_event_id": "EVENT_ID",
+    "cep_node_id": "NODE_ID",
+    "cep_lockable": "LOCKABLE",
+    "cep_shared_buffer_edge": "SHARED_BUFFER_EDGE",
+    "cep_shared_buffer_node": "SHARED_BUFFER_NODE",
+    "cep_computation_state": "COMPUTATION_STATE",
+    "cep_nfa_state": "NFA_STATE",
+}
+STRUCT_KINDS = (
+    "tuple",
+    "row",
+    "pojo",
+    "rowdata",
+    "ROW",
+    "either",
+    "broadcast_entry",
+    "stream_element",
+    "java_serialized",
+    *CEP_KINDS,
+)
 # Window namespaces are structs of fixed fields: a TimeWindow's bounds (epoch ms), a CountWindow's id.
 WINDOW_FIELDS = {"time_window": ("start", "end"), "count_window": ("id",)}
 
@@ -204,7 +226,8 @@ class TypeDescriptor:
         if kind in ("list", "primitive_array", "string_array", "generic_array", "array_data"):
             return f"LIST<{self.fields[0][1].describe()}>"
         if kind in ("map", "map_data"):
-            return f"MAP<{self.child('key').describe()}, {self.child('value').describe()}>"
+            label = "SORTED_MAP" if self.attr("comparator") else "MAP"  # SortedMapSerializer: a TreeMap's entries
+            return f"{label}<{self.child('key').describe()}, {self.child('value').describe()}>"
         if kind == "row" and self.attr("codec"):  # a struct statecat decodes (source splits): named, not spelled out
             return f"{self.attr('codec').upper()}<{', '.join(n for n, _ in self.fields)}>"
         if kind in ("tuple", "row", "pojo", "either"):
@@ -214,6 +237,12 @@ class TypeDescriptor:
             return f"TIMER<{self.child('key').describe()}, {self.child('namespace').describe()}>"
         if kind == "stream_element":
             return f"STREAM_ELEMENT<{self.child('value').describe()}>"
+        if kind == "cep_lockable":
+            return f"LOCKABLE<{self.child('value').describe()}>"
+        if kind in CEP_KINDS:
+            return CEP_KINDS[kind]
+        if kind == "java_serialized":
+            return "JAVA_SERIALIZED"
         if kind == "enum":
             return f"ENUM {self.attr('class')}"
         return kind.upper()
@@ -322,6 +351,20 @@ def stream_element_type(value: TypeDescriptor) -> TypeDescriptor:
             ("value", value),
             ("status", TypeDescriptor.of("int")),
             ("detail", TypeDescriptor.of("string")),
+        ],
+    )
+
+
+def java_serialized_type() -> TypeDescriptor:
+    """JavaSerializer's values (legacy ``_default_`` operator state): one Java serialization stream
+    each, walked by statecat's own grammar parser (statemeta/javaser.py), never deserialized. The top
+    object's class, the object graph as JSON text, and the stored bytes, which are what is written."""
+    return TypeDescriptor.of(
+        "java_serialized",
+        [
+            ("class", TypeDescriptor.of("string")),
+            ("value", TypeDescriptor.of("string")),
+            ("raw", TypeDescriptor.of("bytes")),
         ],
     )
 

@@ -37,18 +37,9 @@ import pytest
 from statecat.readers import SavepointReader
 from statecat.readers.arrow_types import arrow_type
 from statecat.readers.decoders import (
-    BIGINT_LENGTH_OFFSET,
-    BIGINT_SHORT_FORMS,
-    LIST_ELEMENT_DELIMITER,
-    TIMER_TIMESTAMP_FLIP,
     build_decoder,
-    build_key_decoder,
 )
 from statecat.readers.encoders import (
-    MICROS_DIGITS,
-    NANOS_PER_MICRO,
-    ROW_HEADER_BITS,
-    WORD,
     EncodeError,
     TtlValue,
     build_encoder,
@@ -61,21 +52,26 @@ from statecat.readers.encoders import (
     write_utf,
 )
 from statecat.readers.pyflink_coders import coder_decoder
-from statecat.readers.scan import KeyedStateScanner, decompress_snappy_framed
 from statecat.readers.source_splits import split_element_decoder
 from statecat.statemeta.descriptors import parse_type
 from statecat.statemeta.errors import StatecatError, UnsupportedError
-from statecat.statemeta.headers import open_stream
-from statecat.statemeta.model import KEY_GROUP_LAYOUTS
 from statecat.statemeta.source_splits import ENUMERATOR_TYPE, SPLIT_TYPE
-from statecat.statemeta.types import TypeDescriptor, key_column_type
+from statecat.statemeta.types import TypeDescriptor
 from tests.fixtures.expected import CASES, CASES_DIR, iter_states, load_expected, savepoint_dir
+from tests.round_trip import (
+    CANONICAL,
+    Part,
+    assert_parts_round_trip,
+    encoded,
+    operator_elements,
+    refused,
+    round_trip,
+    stored_parts,
+)
 
 T = TypeDescriptor.of
 UTC = dt.UTC
 SOURCE_POSITIONS = CASES_DIR.parent / "source_positions"
-CANONICAL = KEY_GROUP_LAYOUTS[0]  # savepoint key-group streams (the other layouts: checkpoints)
-FRAME = 4  # the i32 length before a framed value
 
 
 # ----------------------------------------------------------------------------- the corpus's bytes
@@ -99,120 +95,12 @@ def _reader(case: str) -> SavepointReader:
     return SavepointReader(str(savepoint_dir(case)), descriptors=_descriptor_doc(load_expected(case)))
 
 
-def _keyed_entries(reader: SavepointReader, op, state) -> list[dict]:
-    """Per stored entry of a keyed state (canonical key-group streams): the bytes of its key,
-    namespace, user key, value and (timers) whole element, cut where the decoders end."""
-    scanner = KeyedStateScanner(reader.meta, op, state)
-    decode_key = build_decoder(state.key_type)
-    decode_namespace = build_decoder(state.namespace or T("void_namespace"))
-    entries = []
-    for location in state.keyed_locations:
-        if location.layout != CANONICAL:
-            continue
-        for key_group, data, file, base in scanner._key_groups(location, None):
-            data = bytes(data)
-            _, (key_at, key_len, value_at, value_len) = scanner._locate(key_group, data, location, file, base)
-            for kat, klen, vat, vlen in zip(key_at.tolist(), key_len.tolist(), value_at.tolist(), value_len.tolist()):
-                start, end = kat + scanner.prefix, kat + klen
-                entry = {"element": data[start:end], "value": data[vat : vat + vlen]}
-                pos = start + (8 if state.kind == "timer" else 0)
-                at = pos
-                _, pos = decode_key(data, pos)
-                entry["key"] = data[at:pos]
-                if scanner.ambiguous:
-                    pos = _length_trailer_end(data, pos, pos - at)
-                at = pos
-                _, pos = decode_namespace(data, pos)
-                entry["namespace"] = data[at:pos]
-                if scanner.ambiguous:
-                    pos = _length_trailer_end(data, pos, pos - at)
-                entry["user_key"] = data[pos:end]
-                entries.append(entry)
-    return entries
-
-
-def _length_trailer_end(buf: bytes, pos: int, n: int) -> int:
-    """Past the little-endian base-256 byte count Flink writes after an ambiguous key or namespace."""
-    pos += 1
-    while n >> 8:
-        n >>= 8
-        pos += 1
-    return pos
-
-
-def _operator_elements(reader: SavepointReader, state) -> list[bytes]:
-    """Each element of an operator state as stored at the handle's offsets."""
-    elements = []
-    for location in state.operator_locations:
-        offsets = sorted(location.offsets)
-        stream, file, base = open_stream(reader.meta.storage, location.stream, 0)
-        with stream:
-            for start, end in zip(offsets, offsets[1:] + [location.end]):
-                stream.seek(base + start)
-                data = stream.read(end - start)
-                elements.append(decompress_snappy_framed(data, file, base + start) if location.compressed else data)
-    return elements
-
-
-def _split_list(element: TypeDescriptor, values: list[bytes]) -> list[bytes]:
-    """A ListState's elements, each cut where its decoder ends (0x2C between them)."""
-    decode = build_decoder(element)
-    out = []
-    for data in values:
-        pos = 0
-        while pos < len(data):
-            _, end = decode(data, pos)
-            out.append(data[pos:end])
-            assert end == len(data) or data[end] == LIST_ELEMENT_DELIMITER
-            pos = end + 1
-    return out
-
-
 @functools.cache
-def _checks(case: str, operator: str, name: str) -> list[tuple[str, object, list[bytes]]]:
+def _checks(case: str, operator: str, name: str) -> list[Part]:
     """(what, type, stored bytes) of every part of one state: each part's bytes hold one value."""
     reader = _reader(case)
     op, state = reader.find(name, operator)
-    namespace = state.namespace or T("void_namespace")
-    if not state.is_keyed:
-        elements = _operator_elements(reader, state)
-        if state.kind != "broadcast":
-            return [("element", state.value, elements)]
-        key, value = state.value.child("key"), state.value.child("value")
-        keys, values = [], []
-        decode_key, decode_value = build_decoder(key), build_decoder(value)
-        for data in elements:
-            pos = 4
-            for _ in range(struct.unpack_from(">i", data)[0]):
-                _, end = decode_key(data, pos)
-                keys.append(data[pos:end])
-                _, pos = decode_value(data, end)
-                values.append(data[end:pos])
-        entries = [k + v for k, v in zip(keys, values)]
-        return [
-            ("broadcast key", key, keys),
-            ("broadcast value", value, values),
-            ("broadcast entry", state.value, entries),
-        ]
-    entries = _keyed_entries(reader, op, state)
-    checks: list[tuple[str, object, list[bytes]]] = [
-        ("key", state.key_type, [e["key"] for e in entries]),
-        ("namespace", namespace, [e["namespace"] for e in entries]),
-    ]
-    value = state.value
-    if state.kind == "timer":
-        checks.append(("timer", (state.key_type, namespace), [e["element"] for e in entries]))
-    elif state.state_type == "MAP" and value.kind == "map":
-        assert all(e["value"][:1] == b"\x00" for e in entries), "the corpus's map values are not NULL"
-        checks.append(("user key", value.child("key"), [e["user_key"] for e in entries]))
-        checks.append(("map value", value.child("value"), [e["value"][1:] for e in entries]))
-    elif state.state_type == "LIST" and value.kind == "list":
-        stored = [e["value"] for e in entries]
-        checks.append(("list element", value.child("element"), _split_list(value.child("element"), stored)))
-        checks.append(("list state", value.child("element"), stored))
-    else:
-        checks.append(("value", value, [e["value"] for e in entries]))
-    return checks
+    return stored_parts(reader, op, state)
 
 
 def _corpus_states() -> list:
@@ -229,103 +117,9 @@ def _corpus_states() -> list:
 CORPUS_STATES = _corpus_states()
 
 
-def _sub_micros_zeroed(desc: TypeDescriptor, data: bytes) -> bytes:
-    """``data`` (a framed binary row) with the nanoseconds below the microsecond of its TIMESTAMP(7..9)
-    fields zeroed: what statecat keeps of them, so what the round trip must give back."""
-    if desc.kind != "rowdata":
-        return data
-    out = bytearray(data)
-    arity = len(desc.fields)
-    null_bits = ((arity + 63 + ROW_HEADER_BITS) // 64) * WORD
-    for i, (_, field) in enumerate(desc.fields):
-        bit = ROW_HEADER_BITS + i
-        if (
-            field.kind.startswith("TIMESTAMP")
-            and field.attr("precision") > MICROS_DIGITS
-            and not out[FRAME + bit // 8] & (1 << bit % 8)
-        ):
-            slot = FRAME + null_bits + WORD * i  # its low 32 bits: the nanos of the millisecond
-            nanos = struct.unpack_from("<I", out, slot)[0]
-            struct.pack_into("<I", out, slot, nanos - nanos % NANOS_PER_MICRO)
-    return bytes(out)
-
-
-def _negative_scale(desc: TypeDescriptor, data: bytes) -> bool:
-    """A BigDecimal of negative scale, which statecat shows as plain digits (1E+3 as 1000)."""
-    if desc.kind != "bigdec" or struct.unpack_from(">i", data)[0] == 0:  # not one, or NULL
-        return False
-    n = struct.unpack_from(">i", data)[0]  # 1..3: ZERO, ONE, TEN; else the byte count + 4
-    scale_at = FRAME + (n - BIGINT_LENGTH_OFFSET if n > len(BIGINT_SHORT_FORMS) else 0)
-    return struct.unpack_from(">i", data, scale_at)[0] < 0
-
-
-def _encoded(encoder, value) -> bytes:
-    out = bytearray()
-    encoder(value, out)
-    return bytes(out)
-
-
-def _round_trip(what: str, desc: TypeDescriptor, blobs: list[bytes]) -> int:
-    """Asserts encode(decode(b)) == b for every stored value, decoded and in its Arrow form; returns
-    how many values were compared byte for byte."""
-    decode, encoder = build_decoder(desc), build_encoder(desc)
-    values = []
-    for data in blobs:
-        value, end = decode(data, 0)
-        assert end == len(data), f"{what}: the decoder read {end} of {len(data)} bytes"
-        values.append(value)
-    arrow = pa.array(values, type=arrow_type(desc)).to_pylist()
-    exact = 0
-    for data, value, arrow_value in zip(blobs, values, arrow):
-        for form, given in (("decoded", value), ("Arrow", arrow_value)):
-            if desc.kind == "ttl":  # the last-access timestamp is the caller's to keep
-                given = TtlValue(given, ttl_timestamp(data))
-            got = _encoded(encoder, given)
-            if _negative_scale(desc, data):
-                assert decode(got, 0)[0] == value, f"{what} ({form} form): {value!r} does not round-trip"
-                continue
-            assert got == _sub_micros_zeroed(desc, data), (
-                f"{what} ({form} form) of {value!r}:\n{data.hex()}\n{got.hex()}"
-            )
-            exact += form == "decoded"
-    return exact
-
-
-def _refused(desc: TypeDescriptor) -> bool:
-    """Whether the type has a part statecat shows only as bytes or text (no encoder by design)."""
-    return desc.kind in ("raw", "pickled") or any(_refused(t) for _, t in desc.fields)
-
-
 @pytest.mark.parametrize(("case", "operator", "state"), CORPUS_STATES)
 def test_corpus_values_round_trip_byte_for_byte(case, operator, state):
-    for what, desc, blobs in _checks(case, operator, state):
-        if what == "timer":
-            key, namespace = desc
-            encode_timer = build_timer_encoder(key, namespace)
-            decode_key, decode_namespace = build_key_decoder(key), build_decoder(namespace)
-            for element in blobs:
-                timestamp = struct.unpack_from(">Q", element)[0] - TIMER_TIMESTAMP_FLIP
-                key_value, pos = decode_key(element, 8)
-                namespace_value, _ = decode_namespace(element, pos)
-                timer = {"timestamp": timestamp, "key": key_value, "namespace": namespace_value}
-                assert _encoded(encode_timer, timer) == element
-            continue
-        if _refused(desc):
-            with pytest.raises(UnsupportedError, match="copied unchanged"):
-                build_encoder(desc)
-            continue
-        if what == "list state":
-            decode = build_decoder(desc)
-            encoder = build_list_state_encoder(desc)
-            for data in blobs:
-                assert _encoded(encoder, [decode(e, 0)[0] for e in _split_list(desc, [data])]) == data
-            continue
-        _round_trip(f"{what} of {state}", desc, blobs)
-        if what == "key":  # the key column's form (one-field rows unwrapped)
-            encode_key, decode_key = build_key_encoder(desc), build_key_decoder(desc)
-            column = pa.array([decode_key(b, 0)[0] for b in blobs], type=arrow_type(key_column_type(desc)))
-            for data, value in zip(blobs, column.to_pylist()):
-                assert _encoded(encode_key, value) == data
+    assert_parts_round_trip(state, _checks(case, operator, state))
 
 
 def test_corpus_covers_the_types_statecat_decodes():
@@ -340,7 +134,7 @@ def test_corpus_covers_the_types_statecat_decodes():
 
     for param in CORPUS_STATES:
         for what, desc, blobs in _checks(*param.values):
-            if what not in ("timer", "list state") and not _refused(desc):
+            if what not in ("timer", "list state") and not refused(desc):
                 walk(desc)
                 compared += len(blobs)
     assert compared > 3000
@@ -376,16 +170,16 @@ def test_corpus_covers_the_types_statecat_decodes():
     } <= kinds
 
 
-def test_source_positions_splits_and_enumerators_round_trip():
+def test_source_positions_splits_and_enumeratorsround_trip():
     """Real split and enumerator bytes: a FileSource and a NumberSequenceSource savepoint (Flink
     2.3), and the Kafka connector's own serializers (reader splits, enumerator v1-v3)."""
     reader = SavepointReader(str(SOURCE_POSITIONS / "filesource_2.3" / "savepoint"))
-    parts = [(s.value, e) for _, s in reader.meta.states() if not s.is_keyed for e in _operator_elements(reader, s)]
+    parts = [(s.value, e) for _, s in reader.meta.states() if not s.is_keyed for e in operator_elements(reader, s)]
     for path in sorted((SOURCE_POSITIONS / "kafka").glob("*.bin")):
         parts.append((SPLIT_TYPE if path.name.startswith("reader_split") else ENUMERATOR_TYPE, path.read_bytes()))
     connectors = set()
     for desc, data in parts:
-        _round_trip(f"source state {desc.describe()}", desc, [data])
+        round_trip(f"source state {desc.describe()}", desc, [data])
         connectors.add(build_decoder(desc)(data, 0)[0]["connector"])
     assert {"file", "number_sequence", "kafka", None} <= connectors  # None: an enumerator fitting two formats
 
@@ -744,11 +538,11 @@ def test_pyflink_coder_bytes(coder, value, hexed):
     parsed = parse_type(coder)
     want = bytes.fromhex(hexed)
     encoder = coder_encoder(parsed)
-    assert _encoded(encoder, value) == want
+    assert encoded(encoder, value) == want
     decoded, end = coder_decoder(parsed)(want, 0)
-    assert end == len(want) and _encoded(encoder, decoded) == want
+    assert end == len(want) and encoded(encoder, decoded) == want
     arrow_value = pa.array([decoded], type=arrow_type(parsed.result_type())).to_pylist()[0]
-    assert _encoded(encoder, arrow_value) == want
+    assert encoded(encoder, arrow_value) == want
     if value is not None:  # a map key or value in its byte[] (a NULL map value is the entry's null flag)
         framed = T("pyflink", [("value", parsed.result_type())], layout="plain", coder=coder)
         assert encode(framed, value) == struct.pack(">i", len(want)) + want
@@ -778,7 +572,7 @@ def test_null_non_compact_fields_as_generated_code_writes_them():
     want = bytes.fromhex(FLINK_VECTORS["rowdata_codegen_nulls"])
     value = {"a": 42, "b": None, "c": None, "d": "ab"}
     encoder = build_encoder(CODEGEN_ROW, reserve_nulls=True)
-    assert _encoded(encoder, value) == want
+    assert encoded(encoder, value) == want
     zeroed = encode(CODEGEN_ROW, value)  # the default, as RowDataSerializer writes a GenericRowData
     assert len(zeroed) < len(want) and build_decoder(CODEGEN_ROW)(zeroed, 0)[0] == value
 
@@ -820,9 +614,9 @@ def test_fixed_width_rows_take_one_path_whatever_the_value_form():
 
 def test_key_encoder_takes_the_key_column_form():
     key = T("rowdata", [("f0", VARCHAR)])
-    assert _encoded(build_key_encoder(key), "key_662") == encode(key, {"f0": "key_662"})
+    assert encoded(build_key_encoder(key), "key_662") == encode(key, {"f0": "key_662"})
     wide = T("rowdata", [("f0", VARCHAR), ("f1", _logical("INTEGER"))])
-    assert _encoded(build_key_encoder(wide), {"f0": "k", "f1": 1}) == encode(wide, {"f0": "k", "f1": 1})
+    assert encoded(build_key_encoder(wide), {"f0": "k", "f1": 1}) == encode(wide, {"f0": "k", "f1": 1})
 
 
 def test_ttl_timestamp_kept_or_set():
@@ -837,9 +631,9 @@ def test_ttl_timestamp_kept_or_set():
 
 def test_timer_and_list_state_encoders():
     timer = build_timer_encoder(T("rowdata", [("f0", VARCHAR)]), T("void_namespace"))
-    element = _encoded(timer, {"timestamp": -1, "key": "k", "namespace": None})
+    element = encoded(timer, {"timestamp": -1, "key": "k", "namespace": None})
     assert element == bytes.fromhex("7fffffffffffffff" + "00000010" + "00" * 8 + "6b00000000000081" + "00")
-    assert _encoded(build_list_state_encoder(STRING), ["a", "bc"]) == bytes.fromhex("0261" + "2c" + "036263")
+    assert encoded(build_list_state_encoder(STRING), ["a", "bc"]) == bytes.fromhex("0261" + "2c" + "036263")
 
 
 def test_errors_are_statecat_value_errors_that_pickle():
@@ -955,6 +749,6 @@ def test_bytes_only_types_have_no_encoder(desc):
         build_encoder(desc)
 
 
-def test_an_empty_list_state_is_refused():
+def test_an_empty_list_state_isrefused():
     with pytest.raises(EncodeError, match="non-empty"):
         encode(T("pyflink", [("value", T("list", [("element", STRING)]))], layout="bag_all", coder="STRING"), [])

@@ -102,19 +102,21 @@ def test_a_row_of_no_fields_reads_as_the_empty_tuple():
 
 
 def test_a_map_state_of_unknown_serializers_keeps_one_row_per_key_with_entries_as_bytes():
-    """CEP's shared buffer: MapStates keyed by EventId and NodeId, whose serializers statecat does
-    not know: one row per key with each entry's user key and value as bytes, and the reason."""
-    savepoint = program("2.3.0", "stream-exec-match_1", "match-complex")
+    """A process table function's ORDER BY buffer: a MapState keyed by the table runtime's
+    SortedLongSerializer, which statecat does not know: one row per key with each entry's user key and
+    value as bytes, and the reason. (CEP's shared buffer, once the example here, now decodes:
+    tests/test_flink_restore_decoders.py.)"""
+    savepoint = program("2.3.0", "stream-exec-process-table-function_1", "process-multi-input-order-by-restore")
     reader = SavepointReader(str(savepoint))
-    _, events = reader.find("sharedBuffer-events")
-    assert events.user_key is not None and events.user_key.kind == "raw"
-    assert any("EventIdSerializerSnapshot is not known to statecat" in reason for reason in events.raw_reasons)
-    rows = reader.table("sharedBuffer-events").to_pylist()
+    _, buffer = reader.find("input-sort-buffer-data-0")
+    assert buffer.user_key is not None and buffer.user_key.kind == "raw"
+    assert any("SortedLongSerializerSnapshot is not known to statecat" in reason for reason in buffer.raw_reasons)
+    rows = reader.table("input-sort-buffer-data-0").to_pylist()
     assert rows and all(
         isinstance(key, bytes) and isinstance(value, bytes) for row in rows for key, value in row["value"]
     )
-    # EventId is (id INT, timestamp LONG): twelve bytes per user key.
-    assert {len(key) for row in rows for key, _ in row["value"]} == {12}
+    # SortedLongSerializer writes a long with its sign bit flipped: eight bytes per user key.
+    assert {len(key) for row in rows for key, _ in row["value"]} == {8}
 
 
 def test_a_lag_accumulator_snapshot_is_read_to_its_end():

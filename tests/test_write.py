@@ -27,8 +27,7 @@ from statecat.statemeta.metadata_writer import (
 from statecat.statemeta.model import load_state_meta, operator_id_for_uid
 from tests.acceptance import check_state_rows
 from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir
-
-JAVA_STREAM_MAGIC = b"\xac\xed\x00\x05"
+from tests.round_trip import handle_streams, metadata_properties
 
 
 def _metadata_bytes(directory: Path) -> bytes:
@@ -96,7 +95,7 @@ def test_metadata_writer_reproduces_flinks_bytes(case):
     directory = savepoint_dir(case)
     raw = _metadata_bytes(directory)
     version, checkpoint_id, operators = _as_written(directory)
-    trailer = raw[raw.rfind(JAVA_STREAM_MAGIC) :] if version >= 4 else None
+    trailer = metadata_properties(raw) if version >= 4 else None
     written = write_metadata(version, checkpoint_id, operators, properties=trailer)
     assert written == raw
 
@@ -112,7 +111,7 @@ def test_metadata_writer_reproduces_flinks_bytes(case):
 )
 def test_checkpoint_properties_are_flinks_java_serialization(case, format_type):
     raw = _metadata_bytes(savepoint_dir(case))
-    trailer = raw[raw.rfind(JAVA_STREAM_MAGIC) :]
+    trailer = metadata_properties(raw)
     # The fixtures were taken with stop-with-savepoint.
     assert savepoint_properties(format_type, "Suspend Savepoint", "SUSPEND") == trailer
 
@@ -177,26 +176,7 @@ def test_canonical_source_streams_are_copied_byte_for_byte(tmp_path):
     dst = tmp_path / "copy"
     summary = write_savepoint(str(src), str(dst))
     assert summary.streams_rebuilt == 0 and summary.streams_copied > 0
-
-    def streams(directory):
-        md = read_metadata(str(directory))
-        raw = _metadata_bytes(directory)
-        out = []
-        for op in md.operators:
-            for s in op.subtasks:
-                for h in (s.managed_keyed, s.managed_operator):
-                    if h is None:
-                        continue
-                    st = h.stream
-                    data = (
-                        raw[st.offset : st.offset + st.length]
-                        if isinstance(st, InlineStream)
-                        else Path(st.path).read_bytes()
-                    )
-                    out.append((op.id, s.index, getattr(h, "offsets", None), hashlib.sha256(data).hexdigest()))
-        return out
-
-    assert streams(dst) == streams(src)
+    assert handle_streams(dst) == handle_streams(src)
 
 
 def _tree_digest(directory: Path) -> dict[str, str]:
