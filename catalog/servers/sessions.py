@@ -184,6 +184,12 @@ def session(
         from statecat.catalog.servers.metastore import wait_ready
 
         wait_ready(shared_metastore)
+        if starting:
+            # Spark connects to the metastore on its catalog's first use, and the metastore stops
+            # after minutes without a connection: a session that first read state files only would
+            # find it gone at its first lookup (a function name, a table). Connected now, the
+            # session's client counts as the metastore's client while the session lives.
+            spark.catalog.listDatabases()
     if quiet:
         silence_error_echoes()
     _register_source(spark)
