@@ -40,7 +40,18 @@ def _changes(src, dst) -> list[dict]:
     return [c.as_dict() for c in diff_savepoints(str(src), str(dst)).changes()]
 
 
-def test_update_one_key_of_a_sql_aggregate(tmp_path):
+@pytest.fixture(params=["in this process", "by Spark's tasks"])
+def compared(request, monkeypatch):
+    """Where the changes are found (catalog/spark/edit_changes.py): a few rows in this process, more
+    by Spark's tasks, whose changes are Parquet by key-group. Both must write the same state."""
+    from statecat.catalog.spark import edit_changes
+
+    if request.param == "by Spark's tasks":
+        monkeypatch.setattr(edit_changes, "HELD_ROWS", 0)
+    return request.param
+
+
+def test_update_one_key_of_a_sql_aggregate(tmp_path, compared):
     case = "sql_groupby_hashmap_2.3"
     op, state = _expected(case, "accState")
     before = _row(state["rows"], "key_662")["value"]
@@ -77,7 +88,7 @@ def test_nested_field_assignment_and_a_value_predicate(tmp_path):
     assert len(_changes(savepoint_dir(case), dst)) == hits
 
 
-def test_delete_and_insert(tmp_path):
+def test_delete_and_insert(tmp_path, compared):
     case = "sql_groupby_hashmap_2.3"
     op, state = _expected(case, "accState")
     dst = tmp_path / "out"
@@ -154,6 +165,20 @@ def test_deleting_a_key_everywhere_warns_about_its_timers(tmp_path):
 
 
 # ----------------------------------------------------------------------------- refused before writing
+
+
+def test_a_null_key_found_by_sparks_tasks_is_refused_before_writing(tmp_path, monkeypatch):
+    from statecat.catalog.spark import edit_changes
+
+    monkeypatch.setattr(edit_changes, "HELD_ROWS", 0)
+    dst = tmp_path / "out"
+    with pytest.raises(EditError, match="a row of accstate has a NULL key after the edits"):
+        write_savepoint(
+            str(savepoint_dir("sql_groupby_hashmap_2.3")),
+            str(dst),
+            sql="INSERT INTO accstate (key, value) VALUES (NULL, named_struct('f0', 1, 'f1', 2))",
+        )
+    assert not dst.exists() and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(
@@ -492,12 +517,17 @@ def test_a_column_spark_cannot_assign_is_refused_with_sparks_reason(tmp_path, ca
 
 
 @pytest.mark.parametrize("case", TYPE_FAMILIES)
-def test_every_value_written_back_from_its_decoded_form_is_unchanged(tmp_path, case):
+def test_every_value_written_back_from_its_decoded_form_is_unchanged(tmp_path, case, monkeypatch):
     """`SET value = value` on every row of every state statecat can write (keyed, timers, operator
     lists, the source coordinator): each value goes from the decoder through Spark (the flinkstate
-    source, a Parquet copy, Spark's Arrow) and back, and must come back equal, so nothing changes:
-    the savepoint diffs empty and no key-group is rebuilt."""
+    source, a Parquet copy, Spark's Arrow, the comparison by Spark's tasks and its Parquet changes)
+    and back, and must come back equal, so nothing changes: the savepoint diffs empty and no
+    key-group is rebuilt. (Compared in this process, every type is held to Spark's values by
+    tests/test_edit_differential.py.)"""
+    from statecat.catalog.spark import edit_changes
     from statecat.statemeta.model import load_state_meta
+
+    monkeypatch.setattr(edit_changes, "HELD_ROWS", 0)
 
     src = savepoint_dir(case)
     tables = [t for t in _writable_tables(load_state_meta(str(src))) if (case, t) not in SPARK_CANNOT_ASSIGN]
@@ -614,7 +644,7 @@ def test_merge_refuses_a_row_matched_twice(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_list_element_removed_map_entry_changed_and_a_second_timer(tmp_path):
+def test_list_element_removed_map_entry_changed_and_a_second_timer(tmp_path, compared):
     case = "datastream_thread_2.3"
     _, items = _expected(case, "items", "keyed-fn")
     row = next(r for r in items["rows"] if len(r["value"]) > 1)

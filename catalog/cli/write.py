@@ -6,7 +6,6 @@ only read. With no edits the command pins a retained checkpoint as a self-contai
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import sys
 from collections.abc import Callable
@@ -67,8 +66,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=("local", "spark"),
         default="local",
-        help="spark: rebuild the subtasks' keyed streams as parallel Spark tasks (local Spark, or the cluster "
-        "spark.master names); DST must be on storage every executor writes to",
+        help="spark: rebuild the subtasks' keyed streams as parallel Spark tasks, on the session that evaluates "
+        "the statements (the home's server when one runs, else a local Spark, or the cluster spark.master names); "
+        "DST must be on storage every executor writes to",
     )
     parser.add_argument(
         "--overwrite",
@@ -100,11 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from statecat.catalog.spark.edits import write_savepoint
 
     spark: Callable[[], SparkSession] | None = None
-    if args.engine == "spark":  # tasks need a SparkContext: this process's Spark, not a Connect client
-        from statecat.catalog.servers.sessions import session
-
-        spark = functools.partial(session, quiet=True)
-    elif args.sql:
+    if args.sql or args.engine == "spark":
         from statecat.catalog.servers.home_server import edit_session
 
         spark = edit_session

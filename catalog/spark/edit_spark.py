@@ -16,9 +16,9 @@ and becomes the next statement's input:
   source rows is an error when a WHEN MATCHED clause applies; the first clause whose condition
   holds acts; ``UPDATE SET *`` / ``INSERT *`` take the source's columns by name.
 
-The result per table is what changed: the rows of the copy that are gone (``removed``) and the
-rows that are new (``added``), in the form ``statecat read`` gives (pyarrow's ``to_pylist`` of the
-state's Arrow schema), which readers/savepoint_writer.py applies key-group by key-group.
+The result per table is what changed: Spark compares the copy's rows before and after the
+statements and writes the rows gone and the rows new by key-group (edit_changes.py), which
+readers/savepoint_writer.py applies key-group by key-group.
 Unqualified names of SRC's other tables mean SRC's state; qualified names mean the catalog's tables.
 """
 
@@ -28,7 +28,6 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,9 +38,9 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import Token, TokenType
 
+from statecat.catalog.spark.edit_changes import TableChanges, compute_changes
 from statecat.catalog.spark.edit_plan import EditError, EditTable, PlannedStatement, edit_tables
 from statecat.readers.arrow_types import state_schema
-from statecat.readers.scan import _hashable
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,15 +60,6 @@ TARGET_ROW, SOURCE_ROW, CLAUSE = "`__statecat_target_row`", "`__statecat_source_
 Counted = list[tuple[str, str | None]]
 
 
-@dataclass
-class TableChanges:
-    """What the statements changed in one state table: rows gone and rows new (``statecat read``'s form)."""
-
-    table: EditTable
-    removed: list[dict[str, Any]] = field(default_factory=list)
-    added: list[dict[str, Any]] = field(default_factory=list)
-
-
 @dataclass(frozen=True)
 class SourceTables:
     """How Spark reads SRC's tables: the flinkstate options every view of SRC carries."""
@@ -77,6 +67,11 @@ class SourceTables:
     path: str
     descriptors: str | None = None  # a descriptor file
     classpath: tuple[str, ...] = ()
+
+    @property
+    def state_source(self) -> tuple[str, str | None, tuple[str, ...]]:
+        """What Spark's tasks load SRC's StateMeta from."""
+        return (self.path, self.descriptors, self.classpath)
 
     def read(self, spark: SparkSession, table: EditTable) -> DataFrame:
         from pyspark.sql.functions import col
@@ -99,8 +94,9 @@ class SourceTables:
 def evaluate(
     spark: SparkSession, meta: StateMeta, source: SourceTables, planned: Sequence[PlannedStatement], scratch: str
 ) -> list[TableChanges]:
-    """Runs ``planned`` in order in Spark; the changes per edited table. ``scratch``: a directory
-    Spark's executors and this process both reach, for the Parquet views (removed by the caller)."""
+    """Runs ``planned`` in order in Spark; the changes of each table they changed. ``scratch``: a
+    directory Spark's executors and this process both reach, for the Parquet views and the changes
+    (removed by the caller once the changes are written)."""
     run = _Run(spark, meta, source, scratch)
     try:
         return run.all(planned)
@@ -149,9 +145,11 @@ class _Run:
         out = []
         for name, table in targets.items():
             first = self.first_copies.get(name)
-            # The copies are Parquet files in the scratch directory: read here, without a Spark job.
-            old = _parquet_rows(first, table) if first is not None else _rows(before[name], table)
-            out.append(_changes(table, old, _rows(self.spark.table(name), table)))
+            old = self.spark.read.parquet(first) if first is not None else before[name]
+            _, path = self._path()
+            changes = compute_changes(table, old, self.spark.table(name), self.source.state_source, path)
+            if changes is not None:
+                out.append(changes)
         return out
 
     # -- views
@@ -644,42 +642,6 @@ def _rows_in(path: str, column: str | None) -> int:
     field = ds.field(column)
     is_flag = pa.types.is_boolean(data.schema.field(column).type)
     return data.count_rows(filter=field if is_flag else field >= 0)
-
-
-def _parquet_rows(path: str, table: EditTable) -> list[dict[str, Any]]:
-    import pyarrow.parquet as pq
-
-    # Spark writes timestamps as INT96 by default: read them in Spark's unit, not nanoseconds (which overflow).
-    return _arrow_rows(pq.read_table(path, coerce_int96_timestamp_unit="us"), table)
-
-
-def _rows(df: DataFrame, table: EditTable) -> list[dict[str, Any]]:
-    return _arrow_rows(df.toArrow(), table)
-
-
-def _arrow_rows(data: pa.Table, table: EditTable) -> list[dict[str, Any]]:
-    """Rows as ``statecat read`` gives them: cast to the state's Arrow schema."""
-    schema = pa.schema([f for f in state_schema(table.state) if f.name in table.columns])
-    return data.select(schema.names).cast(schema).to_pylist()
-
-
-def _changes(table: EditTable, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> TableChanges:
-    """The multiset difference: rows gone and rows new (an updated row is both)."""
-    old = Counter(_hashable(row) for row in before)
-    new = Counter(_hashable(row) for row in after)
-    out = TableChanges(table)
-    gone, came = old - new, new - old
-    for row in before:
-        h = _hashable(row)
-        if gone[h] > 0:
-            gone[h] -= 1
-            out.removed.append(row)
-    for row in after:
-        h = _hashable(row)
-        if came[h] > 0:
-            came[h] -= 1
-            out.added.append(row)
-    return out
 
 
 def _quote(text: str) -> str:

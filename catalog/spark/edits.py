@@ -18,19 +18,21 @@ without a change keep their entries, new rows are encoded.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import os
 import signal
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from statecat.catalog.spark.edit_changes import TableChanges
 from statecat.catalog.spark.edit_plan import (
     KEYED_KINDS,
     EditError,
@@ -39,7 +41,7 @@ from statecat.catalog.spark.edit_plan import (
     plan_statements,
     state_columns,
 )
-from statecat.catalog.spark.edit_spark import SourceTables, TableChanges, evaluate
+from statecat.catalog.spark.edit_spark import SourceTables, evaluate
 from statecat.readers.arrow_types import state_schema
 from statecat.readers.decoders import build_decoder
 from statecat.readers.encoders import EncodeError
@@ -56,7 +58,7 @@ from statecat.readers.savepoint_writer import (
 from statecat.readers.savepoint_writer import write_savepoint as write_canonical
 from statecat.readers.scan import _hashable
 from statecat.statemeta.errors import Interrupted, StatecatError
-from statecat.statemeta.metadata_writer import KeyGroupsOut
+from statecat.statemeta.metadata_writer import InlineData, KeyGroupsOut, RelativeFile, WrittenStream
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
 from statecat.statemeta.naming import catalog_table_names
 
@@ -72,8 +74,6 @@ log = logging.getLogger(__name__)
 PRIMITIVE_KINDS = frozenset({"boolean", "byte", "short", "int", "long", "float", "double", "char"})
 WRAPPERS = ("ttl", "nullable", "external")
 ENGINES = ("local", "spark")
-# A statement's changes travel to Spark's tasks (--engine spark) as (operator id, state, removed, added).
-ChangePayload = list[tuple[str, str, list[dict[str, Any]], list[dict[str, Any]]]]
 
 
 # ----------------------------------------------------------------------------- applying
@@ -81,55 +81,54 @@ ChangePayload = list[tuple[str, str, list[dict[str, Any]], list[dict[str, Any]]]
 
 class ChangesEditor:
     """The StateEditor of evaluated statements: readers/savepoint_writer.py calls it per key-group
-    and operator state that changed; it removes the rows that are gone and encodes the new ones."""
+    and operator state that changed; it removes the rows that are gone and encodes the new ones.
+    A keyed state's changes are read from disk one key-group at a time (edit_changes.py)."""
 
-    def __init__(self, meta: StateMeta, changes: ChangePayload) -> None:
+    def __init__(self, meta: StateMeta, changes: Sequence[TableChanges]) -> None:
         self.meta = meta
         self.codecs: dict[tuple[str, str], EntryCodec] = {}
         self.names = catalog_table_names(meta).states
-        # keyed: (operator id, state) -> key-group -> (rows gone as a multiset, rows new)
-        self._keyed: dict[tuple[str, str], dict[int, tuple[Counter, list[dict[str, Any]]]]] = {}
+        self._keyed: dict[tuple[str, str], TableChanges] = {}
         self._elements: dict[tuple[str, str], tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
         self._orphans: dict[tuple[str, str, str], set[tuple]] = {}
         self.cleared: dict[str, int] = {}  # table -> rows whose value became NULL or empty: no state
-        for operator_ref, state_name, removed, added in changes:
-            operator = meta.operator(operator_ref)
-            operator_id = operator.id
-            state = operator.state(state_name)
-            if state.kind not in KEYED_KINDS:
-                for row in added:
-                    subtask = _subtask_of(row, state)
-                    if subtask is not None and not 0 <= subtask < operator.parallelism:
-                        raise EditError(
-                            f"a row of {self._table(operator, state)} is on subtask {subtask} after the edits, but "
-                            f"operator {operator.label} runs at parallelism {operator.parallelism} (subtasks 0 to "
-                            f"{operator.parallelism - 1})"
-                        )
-                self._elements[(operator_id, state_name)] = (removed, added)
+        for stored in changes:
+            operator = meta.operator(stored.operator_id)
+            state = operator.state(stored.state_name)
+            if state.kind in KEYED_KINDS:
+                self._keyed[(operator.id, state.name)] = stored
                 continue
-            codec = self.codec(operator, state)
-            groups = self._keyed.setdefault((operator_id, state_name), {})
-            for row in removed:
-                groups.setdefault(codec.key_group(row["key"]), (Counter(), []))[0][_hashable(row)] += 1
-            # The value each (key, namespace) held before: a NULL Flink wrote itself is no primitive's.
-            held = {(_hashable(r["key"]), _hashable(r.get("namespace"))): r.get("value") for r in removed}
+            removed, added = stored.rows(state)
             for row in added:
-                if row["key"] is None:
-                    raise EditError(f"a row of {self._table(operator, state)} has a NULL key after the edits")
-                identity = (_hashable(row["key"]), _hashable(row.get("namespace")))
-                _check_null_fields(
-                    state.value,
-                    row.get("value"),
-                    "value",
-                    None,
-                    self._table(operator, state),
-                    held.get(identity),
-                    identity in held,
-                )
-                groups.setdefault(codec.key_group(row["key"]), (Counter(), []))[1].append(row)
+                subtask = _subtask_of(row, state)
+                if subtask is not None and not 0 <= subtask < operator.parallelism:
+                    raise EditError(
+                        f"a row of {self._table(operator, state)} is on subtask {subtask} after the edits, but "
+                        f"operator {operator.label} runs at parallelism {operator.parallelism} (subtasks 0 to "
+                        f"{operator.parallelism - 1})"
+                    )
+            self._elements[(operator.id, state.name)] = (removed, added)
 
     def _table(self, operator: OperatorMeta, state: StateInfo) -> str:
         return self.names.get((operator.id, state.name), state.name)
+
+    def _check_added(
+        self, operator: OperatorMeta, state: StateInfo, removed: list[dict[str, Any]], added: list[dict[str, Any]]
+    ) -> None:
+        """Refuses NULLs Flink could not restore; the value each (key, namespace) held before tells
+        a NULL Flink wrote itself (no primitive's) from a new one."""
+        held = {(_hashable(r["key"]), _hashable(r.get("namespace"))): r.get("value") for r in removed}
+        for row in added:
+            identity = (_hashable(row["key"]), _hashable(row.get("namespace")))
+            _check_null_fields(
+                state.value,
+                row.get("value"),
+                "value",
+                None,
+                self._table(operator, state),
+                held.get(identity),
+                identity in held,
+            )
 
     def codec(self, operator: OperatorMeta, state: StateInfo) -> EntryCodec:
         key = (operator.id, state.name)
@@ -138,17 +137,20 @@ class ChangesEditor:
         return self.codecs[key]
 
     def key_groups(self, operator_id: str) -> frozenset[int]:
-        return frozenset(g for (op, _), groups in self._keyed.items() if op == operator_id for g in groups)
+        return frozenset(g for (op, _), stored in self._keyed.items() if op == operator_id for g in stored.key_groups)
 
     def edit(self, operator: OperatorMeta, key_group: int, entries: dict[str, list[Entry]]) -> dict[str, list[Entry]]:
         out: dict[str, list[Entry]] = {}
         gone_identities: set = set()
-        for (operator_id, state_name), groups in self._keyed.items():
-            if operator_id != operator.id or key_group not in groups:
+        for (operator_id, state_name), stored in self._keyed.items():
+            if operator_id != operator.id or key_group not in stored.key_groups:
                 continue
             state = operator.state(state_name)
-            removed, added = groups[key_group]
-            out[state_name], gone = self._apply(operator, state, key_group, entries.get(state_name, []), removed, added)
+            removed, added = stored.rows(state, key_group)
+            self._check_added(operator, state, removed, added)
+            out[state_name], gone = self._apply(
+                operator, state, key_group, entries.get(state_name, []), Counter(_hashable(r) for r in removed), added
+            )
             gone_identities |= gone
         if gone_identities:
             self._warn_orphan_timers(operator, key_group, entries, out, gone_identities)
@@ -391,24 +393,81 @@ def _broadcast_values(decode: Any, blob: bytes) -> list[Any]:
     return values
 
 
-def _spark_runner(spark: SparkSession, source: str, descriptors: Any, changes: ChangePayload) -> KeyedRunner:
+# Spark's tasks (--engine spark) are rows of a DataFrame, so that they run on a classic session's
+# executors and on a Spark Connect server's alike; each returns its stream's handle as columns.
+TASK_SCHEMA = (
+    "operator_id string, subtask int, start_key_group int, offsets array<bigint>, inline_name string, "
+    "inline_data binary, file_path string, file_size bigint, counts map<string, bigint>"
+)
+
+
+def _spark_runner(spark: SparkSession, source: str, descriptors: Any, changes: Sequence[TableChanges]) -> KeyedRunner:
     def run(jobs: list[KeyedJob], directory: str) -> dict[KeyedJob, tuple[KeyGroupsOut, dict[str, int]]]:
-        work = [(job.operator_id, job.subtask) for job in jobs]
-        task = functools.partial(_rebuild_in_task, source, descriptors, changes, directory)
-        results = spark.sparkContext.parallelize(work, len(work)).map(task).collect()
-        return {KeyedJob(*job): (handle, counts) for job, handle, counts in results}
+        work = spark.createDataFrame(
+            [(job.operator_id, job.subtask) for job in jobs], "operator_id string, subtask int"
+        ).repartition(len(jobs))
+        task = functools.partial(_rebuild_in_task, source, descriptors, tuple(changes), directory)
+        results = {}
+        for row in work.mapInArrow(task, TASK_SCHEMA).collect():
+            stream: WrittenStream = (
+                InlineData(row.inline_name, bytes(row.inline_data))
+                if row.file_path is None
+                else RelativeFile(row.file_path, row.file_size)
+            )
+            handle = KeyGroupsOut(row.start_key_group, tuple(row.offsets), stream)
+            results[KeyedJob(row.operator_id, row.subtask)] = (handle, dict(row.counts))
+        return results
 
     return run
 
 
 def _rebuild_in_task(
-    source: str, descriptors: Any, changes: ChangePayload, directory: str, job: tuple[str, int]
-) -> tuple[tuple[str, int], KeyGroupsOut, dict[str, int]]:
-    """A Spark task: one subtask's keyed stream, with the evaluated changes applied."""
+    source: str,
+    descriptors: Any,
+    changes: tuple[TableChanges, ...],
+    directory: str,
+    batches: Iterable[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    """Spark tasks: each subtask's keyed stream of the batch rebuilt, with the evaluated changes applied."""
     meta = load_state_meta(source, descriptors=descriptors)
     editor = ChangesEditor(meta, changes) if changes else None
-    handle, counts = rebuild_keyed_stream(meta, KeyedJob(*job), editor, directory)
-    return job, handle, counts
+    for batch in batches:
+        for job in batch.to_pylist():
+            handle, counts = rebuild_keyed_stream(meta, KeyedJob(job["operator_id"], job["subtask"]), editor, directory)
+            stream = handle.stream
+            placed = (
+                {"inline_name": stream.name, "inline_data": stream.data, "file_path": None, "file_size": None}
+                if isinstance(stream, InlineData)
+                else {"inline_name": None, "inline_data": None, "file_path": stream.path, "file_size": stream.size}
+            )
+            yield pa.RecordBatch.from_pylist(
+                [
+                    {
+                        **job,
+                        "start_key_group": handle.start_key_group,
+                        "offsets": list(handle.offsets),
+                        **placed,
+                        "counts": list(counts.items()),
+                    }
+                ],
+                schema=_task_schema(),
+            )
+
+
+def _task_schema() -> pa.Schema:
+    return pa.schema(
+        [
+            ("operator_id", pa.string()),
+            ("subtask", pa.int32()),
+            ("start_key_group", pa.int32()),
+            ("offsets", pa.list_(pa.int64())),
+            ("inline_name", pa.string()),
+            ("inline_data", pa.binary()),
+            ("file_path", pa.string()),
+            ("file_size", pa.int64()),
+            ("counts", pa.map_(pa.string(), pa.int64())),
+        ]
+    )
 
 
 # ----------------------------------------------------------------------------- the entry point
@@ -484,32 +543,34 @@ def write_savepoint(
                 hint="statecat.catalog.session() gives one on the home's server",
             )
         session = spark() if callable(spark) else spark
-    changes: ChangePayload = []
-    if planned:
-        assert session is not None
-        try:
-            changes = _evaluate(session, meta, source_path, destination, planned, descriptor_set)
-        except Interrupted as exc:  # Spark's work is dropped with its scratch directory: say that DST is not there
-            name = signal.Signals(exc.signum).name
-            raise Interrupted(
-                exc.signum, f"interrupted by {name}: nothing written at {destination_display(destination)}"
-            ) from None
-    editor = ChangesEditor(meta, changes) if changes else None
-    runner = None
-    if engine == "spark":
-        assert session is not None
-        runner = _spark_runner(session, source_path, descriptor_set, changes)
-    summary = write_canonical(
-        meta,
-        destination,
-        drop_operators=dropped,
-        set_uids=set_uids,
-        editor=editor,
-        max_parallelism=max_parallelism,
-        overwrite=overwrite,
-        provenance=provenance,
-        keyed_runner=runner,
-    )
+    with contextlib.ExitStack() as scratch:
+        changes: list[TableChanges] = []
+        if planned:
+            assert session is not None
+            try:
+                # The changes are files in the scratch directory until DST is written.
+                changes = _evaluate(session, meta, source_path, scratch, destination, planned, descriptor_set)
+            except Interrupted as exc:  # Spark's work is dropped with its scratch directory: say that DST is not there
+                name = signal.Signals(exc.signum).name
+                raise Interrupted(
+                    exc.signum, f"interrupted by {name}: nothing written at {destination_display(destination)}"
+                ) from None
+        editor = ChangesEditor(meta, changes) if changes else None
+        runner = None
+        if engine == "spark":
+            assert session is not None
+            runner = _spark_runner(session, source_path, descriptor_set, changes)
+        summary = write_canonical(
+            meta,
+            destination,
+            drop_operators=dropped,
+            set_uids=set_uids,
+            editor=editor,
+            max_parallelism=max_parallelism,
+            overwrite=overwrite,
+            provenance=provenance,
+            keyed_runner=runner,
+        )
     warnings = editor.timer_warnings() if editor is not None else []
     if editor is not None:
         for table, rows in sorted(editor.cleared.items()):
@@ -527,18 +588,19 @@ def _evaluate(
     spark: SparkSession,
     meta: StateMeta,
     source_path: str,
+    scratch: contextlib.ExitStack,
     destination: str,
     planned: list[PlannedStatement],
     descriptors: DescriptorSet | None,
-) -> ChangePayload:
+) -> list[TableChanges]:
+    """The statements' changes, in a scratch directory that ``scratch`` removes."""
     from statecat.catalog.spark.edit_spark import scratch_directory
 
-    with scratch_directory(destination) as scratch:
-        descriptor_file = None
-        if descriptors is not None:
-            descriptor_file = os.path.join(scratch, "descriptors.json")
-            with open(descriptor_file, "w", encoding="utf-8") as f:
-                json.dump(descriptors.to_json(), f)
-        tables = SourceTables(source_path, descriptor_file, descriptors.classpath if descriptors is not None else ())
-        evaluated: list[TableChanges] = evaluate(spark, meta, tables, planned, scratch)
-    return [(c.table.operator.id, c.table.state.name, c.removed, c.added) for c in evaluated if c.removed or c.added]
+    directory = scratch.enter_context(scratch_directory(destination))
+    descriptor_file = None
+    if descriptors is not None:
+        descriptor_file = os.path.join(directory, "descriptors.json")
+        with open(descriptor_file, "w", encoding="utf-8") as f:
+            json.dump(descriptors.to_json(), f)
+    tables = SourceTables(source_path, descriptor_file, descriptors.classpath if descriptors is not None else ())
+    return evaluate(spark, meta, tables, planned, directory)
