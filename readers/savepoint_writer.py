@@ -981,7 +981,8 @@ class _KeyedRewrite:
                 yield key_group, parse_runs(plain, name, at) if plain else []
 
     def edited(self, key_group: int, runs: Runs) -> dict[str, list[Entry]]:
-        """A key-group's entries by state name, after the editor where it touches the key-group."""
+        """A key-group's entries by state name, in the runs' order (a state the editor adds last),
+        after the editor where it touches the key-group."""
         by_name = {
             self.states.by_id[state_id].name: entries for state_id, entries in runs if state_id in self.states.by_id
         }
@@ -995,7 +996,11 @@ class _KeyedRewrite:
         return by_name
 
     def _frame(self, by_name: dict[str, list[Entry]]) -> bytes:
-        return frame_runs(sorted((self.ids[name], entries) for name, entries in by_name.items()))
+        runs = [(self.ids[name], entries) for name, entries in by_name.items()]
+        # A canonical key-group keeps its runs' order (Flink's heap backend writes its own, RocksDB's
+        # is the state id's), so a rebuilt key-group without a change is the bytes Flink wrote; a
+        # converted layout's runs go in state-id order, as a RocksDB full snapshot writes them.
+        return frame_runs(runs if self.states.layout == "canonical" else sorted(runs))
 
     @property
     def ids(self) -> dict[str, int]:

@@ -22,26 +22,29 @@ TEST_JVM_OPTIONS = os.environ.get("STATECAT_TEST_JVM_OPTIONS", "-XX:TieredStopAt
 _WRAPPED_JDK = "STATECAT_TEST_WRAPPED_JAVA_HOME"
 _REAL_JDK = "STATECAT_TEST_REAL_JAVA_HOME"
 
-# The modules that take longest (minutes each: JVM servers, real-Flink runs; measured by
-# `--junitxml` on 2026-11-29), run first: .ci/test hands whole modules to its workers in this order,
-# and a long module started last would run on alone at the end.
+# The modules that take longest (a minute or more each: JVM servers, real-Flink runs, Spark edits;
+# measured by `--junitxml` on 2026-12-01), run first: .ci/test hands whole modules to its workers in
+# this order, and a long module started last would run on alone at the end.
 SLOW_FIRST = (
+    "test_write_sql.py",
+    "test_write_restore.py",
     "test_fixtures_live.py",
     "test_one_server.py",
-    "test_write_restore.py",
-    "test_process_boundary.py",
-    "test_shared_metastore.py",
-    "test_write_sql.py",
-    "test_catalog.py",
     "test_materialize_spark.py",
-    "test_restore_harness.py",
-    "test_serve.py",
-    "test_catalog_cli.py",
+    "test_process_boundary.py",
     "test_columnar_scan.py",
+    "test_shared_metastore.py",
+    "test_catalog.py",
+    "test_restore_harness.py",
+    "test_catalog_cli.py",
+    "test_serve.py",
     "test_kryo_state.py",
-    "test_flink_restore_tests.py",
-    "test_notebook.py",
+    "test_detach_relocate.py",
+    "test_materialize.py",
+    "test_edit_differential.py",
     "test_fuzz.py",
+    "test_notebook.py",
+    "test_write_s3.py",
 )
 
 

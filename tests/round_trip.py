@@ -42,7 +42,6 @@ from statecat.readers.encoders import (
     build_timer_encoder,
     ttl_timestamp,
 )
-from statecat.readers.framing import frame_runs, key_group_ends, parse_runs
 from statecat.readers.scan import KeyedStateScanner, decompress_snappy_framed
 from statecat.statemeta.errors import UnsupportedError
 from statecat.statemeta.headers import open_stream
@@ -329,14 +328,3 @@ def handle_streams(directory: Path) -> list[tuple]:
                     layout = handle.offsets if hasattr(handle, "offsets") else tuple(handle.entries)
                     out.append((op.id, s.index, name, layout, data(handle.stream)))
     return out
-
-
-def key_groups_in_state_id_order(data: bytes, offsets: tuple[int, ...]) -> bytes:
-    """An uncompressed canonical keyed stream with each key-group's runs in state-id order: what
-    statecat's writer gives a rebuilt key-group (RocksDB's order), where Flink's heap backend
-    writes the runs in its own order. Flink reads either."""
-    out = bytearray(data)
-    for index, end in key_group_ends(offsets, len(data)).items():
-        start = offsets[index]
-        out[start:end] = frame_runs(sorted(parse_runs(data[start:end])))
-    return bytes(out)
