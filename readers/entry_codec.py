@@ -24,7 +24,7 @@ from typing import Any
 
 from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, TIMER_TIMESTAMP_FLIP
 from statecat.readers.framing import Entry, composite_key
-from statecat.readers.keygroups import key_group_for
+from statecat.readers.keygroups import key_grouper
 from statecat.readers.native_rocksdb import key_group_prefix
 from statecat.readers.scan import KeyedStateScanner, _hashable
 from statecat.readers.ttl import TTL_COLUMN, TTL_TIMESTAMP_BYTES
@@ -89,6 +89,7 @@ class EntryCodec:
         namespace = state.namespace or TypeDescriptor.of("void_namespace")
         self.ambiguous = self.scanner.ambiguous
         self._encoders: dict[str, Callable[[Any], bytes]] = {}
+        self._key_group: Callable[[Any], int] | None = None
         self._descs = {"key": key_type, "namespace": namespace}
         value = state.value
         self.ttl = value.kind == "ttl"
@@ -150,7 +151,9 @@ class EntryCodec:
     # -- encoding
 
     def key_group(self, key: Any) -> int:
-        return key_group_for(key, self.key_type, self.operator.max_parallelism)
+        if self._key_group is None:
+            self._key_group = key_grouper(self.key_type, self.operator.max_parallelism)
+        return self._key_group(key)
 
     def composite_key(self, key_group: int, key: Any, namespace: Any) -> bytes:
         key_bytes = self.encoder("key")({self.key_type.fields[0][0]: key} if self.wrap_key else key)

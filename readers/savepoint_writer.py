@@ -1093,7 +1093,7 @@ class _Rekey:
 
     def run(self) -> tuple[SubtaskOut, ...]:
         from statecat.readers.entry_codec import EntryCodec
-        from statecat.readers.keygroups import key_group_for
+        from statecat.readers.keygroups import key_grouper
 
         spill = tempfile.mkdtemp(prefix=".rekey-", dir=self.out.directory)
         files: dict[int, Any] = {}
@@ -1101,6 +1101,7 @@ class _Rekey:
             header: bytes | None = None
             header_states: _StreamStates | None = None
             codecs: dict[str, EntryCodec] = {}
+            groupers: dict[str, Callable[[Any], int]] = {}
             old_prefix = self.operator.key_group_prefix_bytes
             for subtask in self.subtasks:
                 handle = subtask.managed_keyed
@@ -1128,11 +1129,12 @@ class _Rekey:
                         codec = codecs.get(name)
                         if codec is None:
                             codec = codecs[name] = EntryCodec(self.meta, self.operator, self.operator.state(name))
+                            groupers[name] = key_grouper(codec.key_type, self.max_parallelism)
                         if name not in self.names:
                             self.names.append(name)
                         index = self.names.index(name)
                         for row in codec.rows(key_group, entries):
-                            target = key_group_for(row.key, codec.key_type, self.max_parallelism)
+                            target = groupers[name](row.key)
                             prefix = target.to_bytes(self.new_prefix, "big")
                             bucket = self._bucket(target)
                             sink = files.get(bucket)
