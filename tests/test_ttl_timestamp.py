@@ -27,12 +27,11 @@ from statecat.catalog.spark.edits import ChangesEditor
 from statecat.readers import SavepointReader, diff_savepoints
 from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, build_decoder
 from statecat.readers.encoders import TtlValue, encode
-from statecat.readers.entry_codec import EntryCodec
 from statecat.readers.savepoint_writer import write_savepoint as write_canonical
 from statecat.readers.ttl import heap_value_decoder, split
 from statecat.statemeta.model import StateMeta, load_state_meta
 from statecat.statemeta.types import TypeDescriptor
-from tests.fixtures.edits import write_savepoint
+from tests.fixtures.edits import RowChanges, write_savepoint
 from tests.fixtures.expected import CASES, case_dir, is_successive, phases
 from tests.test_write_sql import _stored_value
 
@@ -217,32 +216,6 @@ def test_heap_layout_lists_and_maps_split_into_values_and_timestamps():
     assert split("map", [got]) == ([[("x", 3), ("y", None)]], [[("x", 1_700_000_000_123), ("y", None)]])
 
 
-@dataclasses.dataclass(frozen=True)
-class _RowChanges:
-    """Changes in memory, by key-group, in the form Spark's comparison stores them (edit_changes.py)."""
-
-    operator_id: str
-    state_name: str
-    by_group: dict
-
-    @classmethod
-    def of(cls, meta, state_name, removed, added):
-        operator = meta.operator(OPERATOR)
-        codec = EntryCodec(meta, operator, operator.state(state_name))
-        by_group: dict = {}
-        for side, rows in ((0, removed), (1, added)):
-            for row in rows:
-                by_group.setdefault(codec.key_group(row["key"]), ([], []))[side].append(row)
-        return cls(operator.id, state_name, by_group)
-
-    @property
-    def key_groups(self):
-        return tuple(sorted(self.by_group))
-
-    def rows(self, state, key_group=None):
-        return self.by_group.get(key_group, ([], []))
-
-
 def test_writing_list_and_map_states_keeps_sets_or_stamps_each_timestamp(stamped, tmp_path):
     _, meta = stamped
     reader = SavepointReader(meta)
@@ -266,8 +239,8 @@ def test_writing_list_and_map_states_keeps_sets_or_stamps_each_timestamp(stamped
     old_map2 = per_tag[k_map2]
     new_map2 = {**old_map2, "value": [("only", 1)], "ttl_timestamp": [("only", 42)]}
     changes = [
-        _RowChanges.of(meta, "items", [old_list], [new_list]),
-        _RowChanges.of(meta, "per_tag", [old_map, old_map2], [new_map, new_map2]),
+        RowChanges.of(meta, OPERATOR, "items", [old_list], [new_list]),
+        RowChanges.of(meta, OPERATOR, "per_tag", [old_map, old_map2], [new_map, new_map2]),
     ]
     out = tmp_path / "edited"
     write_canonical(meta, str(out), editor=ChangesEditor(meta, changes))

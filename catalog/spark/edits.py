@@ -148,10 +148,9 @@ class ChangesEditor:
             state = operator.state(state_name)
             removed, added = stored.rows(state, key_group)
             self._check_added(operator, state, removed, added)
-            out[state_name], gone = self._apply(
-                operator, state, key_group, entries.get(state_name, []), Counter(_hashable(r) for r in removed), added
-            )
-            gone_identities |= gone
+            out[state_name], gone = self._apply(operator, state, key_group, entries.get(state_name, []), removed, added)
+            if state.kind != "timer":  # a timer taken away leaves no other timer without its state
+                gone_identities |= gone
         if gone_identities:
             self._warn_orphan_timers(operator, key_group, entries, out, gone_identities)
         return out
@@ -162,52 +161,37 @@ class ChangesEditor:
         state: StateInfo,
         key_group: int,
         entries: list[Entry],
-        removed: Counter,
+        removed: list[dict[str, Any]],
         added: list[dict[str, Any]],
     ) -> tuple[list[Entry], set]:
+        """The key-group's entries of one state with ``removed`` rows taken out and ``added`` ones
+        encoded; and the identities of the rows gone (for the orphan-timer warning)."""
         codec = self.codec(operator, state)
         table = self._table(operator, state)
         columns = state_columns(state)
-        left = Counter(removed)
-        kept: list[StateRow] = []
-        gone: set = set()
-        for row in codec.rows(key_group, entries):
-            shown = _hashable({c: _column_value(row, c) for c in columns})
-            if left[shown] > 0:
-                left[shown] -= 1
-                gone.add(_identity(codec, row))
-                continue
-            kept.append(row)
-        if +left:
-            raise StatecatError(
-                f"{table}: {sum(left.values())} row(s) the edits changed are no longer in key-group {key_group} of the "
-                f"source",
-                hint="Was the source snapshot modified while writing? Run the write again",
-            )
+        new_rows: list[StateRow] = []
         for values in added:
             value = values.get("value")
             if value is None or (codec.kind in ("list", "map") and not value):
                 self.cleared[table] = self.cleared.get(table, 0) + 1  # Flink keeps no state for it
                 continue
-            kept.append(StateRow(values["key"], values.get("namespace"), value, None, values.get("ttl_timestamp")))
+            new_rows.append(StateRow(values["key"], values.get("namespace"), value, None, values.get("ttl_timestamp")))
+        found = None
+        if len(removed) <= FEW_ROWS and len(new_rows) <= FEW_ROWS:
+            found = _found_by_bytes(codec, key_group, entries, removed, new_rows, columns)
+        if found is not None:
+            kept_entries, gone = found
+            kept: list[StateRow] = []
+        else:
+            kept_entries, kept, gone = [], *_found_by_decoding(codec, key_group, entries, removed, columns, table)
         seen: set = set()
-        for row in kept:
+        for row in [*kept, *new_rows]:
             identity = _identity(codec, row)
             if identity in seen:
-                what = "timer" if codec.kind == "timer" else "state"
-                raise EditError(
-                    f"{table} would hold two {what}s for key {row.key!r}"
-                    + (f" and namespace {row.namespace!r}" if row.namespace is not None else "")
-                    + (f" at {row.value}" if codec.kind == "timer" else "")
-                    + " after the edits",
-                    hint="A key (and namespace) holds one value: UPDATE it, DELETE it in an earlier statement, or "
-                    "MERGE INTO the table"
-                    if codec.kind != "timer"
-                    else "A timer is a (key, namespace, timestamp): this one is there already",
-                )
+                raise _two_values(table, codec, row)
             seen.add(identity)
-        new_entries: list[Entry] = []
-        for row in kept:
+        new_entries = list(kept_entries)
+        for row in [*kept, *new_rows]:
             try:
                 new_entries += row.entries if row.entries is not None else codec.entries(key_group, row)
             except EncodeError as exc:  # a value Spark gives that Flink's type cannot hold ('ab' as a Java char)
@@ -315,6 +299,101 @@ class ChangesEditor:
                 encode(value, buffer)
                 result.append(bytes(buffer))
         return result
+
+
+# A key-group's changed rows found by their keys' bytes, up to this many (decoding only their own
+# entries: a one-key edit of a large state decodes one row, not its key-group's tens of thousands);
+# more, and the key-group is decoded whole.
+FEW_ROWS = 64
+
+
+def _found_by_bytes(
+    codec: EntryCodec,
+    key_group: int,
+    entries: list[Entry],
+    removed: list[dict[str, Any]],
+    added: list[StateRow],
+    columns: tuple[str, ...],
+) -> tuple[list[Entry], set] | None:
+    """The entries left once the ``removed`` rows are taken out, each found by its composite key
+    (a map's entries: by that prefix) and checked by decoding its own entries; and the rows gone.
+    None where the bytes do not settle it (a row not found so, a new row whose key has entries
+    left): the caller then decodes the key-group."""
+    exact = codec.kind != "map"  # one entry a row, whose key is the row's identity
+    index = {key: i for i, (key, _) in enumerate(entries)} if exact else None
+
+    def identity(row: StateRow) -> bytes:
+        if codec.kind == "timer":
+            return codec.entries(key_group, row)[0][0]  # a timer's entry key is timestamp, key and namespace
+        return codec.composite_key(key_group, row.key, row.namespace)
+
+    def places(key: bytes) -> list[int]:
+        if index is not None:
+            at = index.get(key)
+            return [] if at is None else [at]
+        return [i for i, (entry_key, _) in enumerate(entries) if entry_key.startswith(key)]
+
+    taken: set[int] = set()
+    gone: set = set()
+    try:
+        for values in removed:
+            row = StateRow(
+                values["key"], values.get("namespace"), values.get("value"), None, values.get("ttl_timestamp")
+            )
+            at = [i for i in places(identity(row)) if i not in taken]
+            decoded = codec.rows(key_group, [entries[i] for i in at]) if at else []
+            if len(decoded) != 1 or _hashable({c: _column_value(decoded[0], c) for c in columns}) != _hashable(values):
+                return None
+            taken.update(at)
+            gone.add(_identity(codec, decoded[0]))
+        if any(i not in taken for row in added for i in places(identity(row))):
+            return None  # two values for one key, or a prefix another key shares: decoding tells which
+    except (StatecatError, TypeError, ValueError, KeyError):
+        return None  # a value the encoder refuses: decoding the key-group says so with the row
+    return [entry for i, entry in enumerate(entries) if i not in taken], gone
+
+
+def _found_by_decoding(
+    codec: EntryCodec,
+    key_group: int,
+    entries: list[Entry],
+    removed: list[dict[str, Any]],
+    columns: tuple[str, ...],
+    table: str,
+) -> tuple[list[StateRow], set]:
+    """The key-group's rows (with their entries) left once the ``removed`` ones are taken out, and
+    the rows gone: every entry decoded."""
+    left = Counter(_hashable(r) for r in removed)
+    kept: list[StateRow] = []
+    gone: set = set()
+    for row in codec.rows(key_group, entries):
+        shown = _hashable({c: _column_value(row, c) for c in columns})
+        if left[shown] > 0:
+            left[shown] -= 1
+            gone.add(_identity(codec, row))
+            continue
+        kept.append(row)
+    if +left:
+        raise StatecatError(
+            f"{table}: {sum(left.values())} row(s) the edits changed are no longer in key-group {key_group} of the "
+            f"source",
+            hint="Was the source snapshot modified while writing? Run the write again",
+        )
+    return kept, gone
+
+
+def _two_values(table: str, codec: EntryCodec, row: StateRow) -> EditError:
+    what = "timer" if codec.kind == "timer" else "state"
+    return EditError(
+        f"{table} would hold two {what}s for key {row.key!r}"
+        + (f" and namespace {row.namespace!r}" if row.namespace is not None else "")
+        + (f" at {row.value}" if codec.kind == "timer" else "")
+        + " after the edits",
+        hint="A key (and namespace) holds one value: UPDATE it, DELETE it in an earlier statement, or "
+        "MERGE INTO the table"
+        if codec.kind != "timer"
+        else "A timer is a (key, namespace, timestamp): this one is there already",
+    )
 
 
 def _column_value(row: StateRow, column: str) -> Any:
