@@ -1,4 +1,4 @@
-"""Encode against decode: values per second of readers/encoders.py beside readers/decoders.py.
+"""Encode against decode: values per second of readers/codecs/encoders.py beside readers/codecs/decoders.py.
 
     .venv/bin/python bench/bench_encoders.py [--case sql_groupby_hashmap_2.3] [--repeat 5] [--rounds 50]
 
@@ -25,10 +25,10 @@ sys.path.insert(0, str(REPO))
 import pyarrow as pa  # noqa: E402
 
 from statecat.readers import SavepointReader  # noqa: E402
-from statecat.readers.arrow_types import arrow_type  # noqa: E402
-from statecat.readers.decoders import build_decoder  # noqa: E402
-from statecat.readers.encoders import build_encoder  # noqa: E402
-from statecat.readers.scan import KeyedStateScanner  # noqa: E402
+from statecat.readers.codecs.arrow_types import arrow_type  # noqa: E402
+from statecat.readers.codecs.decoders import build_decoder  # noqa: E402
+from statecat.readers.codecs.encoders import build_encoder  # noqa: E402
+from statecat.readers.scans.scan import KeyedStateScanner  # noqa: E402
 from tests.fixtures.expected import savepoint_dir  # noqa: E402
 
 STATE = "accState"

@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 import pyarrow as pa  # noqa: E402
 
 from statecat.readers import SavepointReader  # noqa: E402
-from statecat.readers.scan import KeyedStateScanner  # noqa: E402
+from statecat.readers.scans.scan import KeyedStateScanner  # noqa: E402
 
 JAVA_REF = REPO.parent / "shared" / "bench" / "java-ref" / "run.sh"
 

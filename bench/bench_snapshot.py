@@ -50,7 +50,7 @@ def ensure_savepoint(work: Path, keys: int) -> Path:
 
 
 def time_snapshot(savepoint: Path, runs: int) -> tuple[float, dict]:
-    from statecat.statemeta.stateinfo import snapshot
+    from statecat.statemeta.snapshotter.stateinfo import snapshot
 
     times = []
     doc = None

@@ -52,7 +52,7 @@ def child(args) -> None:
     import atheris
 
     # The numba-compiled module stays uninstrumented: numba cannot compile atheris's branch hooks.
-    with atheris.instrument_imports(include=["statecat"], exclude=["statecat.readers.fastscan"]):
+    with atheris.instrument_imports(include=["statecat"], exclude=["statecat.readers.scans.fastscan"]):
         from statecat.statemeta.errors import StatecatError
         from tests.fuzz.runner import repo_path
         from tests.fuzz.targets import Targets

@@ -7,13 +7,19 @@
     one = reader.table("accState", keys=["key_662"])      # reads only key_662's key-group
     for batch in reader.batches("window-contents", operator="my-window-uid"):
         ...
-    view = reader.key("key_662")                          # every state holding key_662 (readers/keyview.py)
+    view = reader.key("key_662")                          # every state holding key_662 (readers/scans/keyview.py)
 
 A Java job's Kryo-serialized state decodes given its classes (``SavepointReader(path,
-classpath=["job.jar"])``, ``readers/kryo.py``); TTL states carry ``ttl_timestamp`` (``readers/ttl.py``).
+classpath=["job.jar"])``, ``readers/codecs/kryo.py``); TTL states carry ``ttl_timestamp`` (``readers/codecs/ttl.py``).
 
 Partitions (``reader.partitions(state)``) are small picklable descriptions of one subtask's
 key-group range, for engines that spread a scan over workers.
+
+What lives here, by job: ``codecs/`` (bytes <-> values per serializer family, each decoder beside
+its encoder), ``backends/`` (where the heap, RocksDB and ForSt backends keep a key-group's bytes),
+``scans/`` (rows as Arrow batches, and the views on them: a key, a diff, skew), ``keygroups``
+(Flink's key-group assignment) and this front door. Rooms import in that order: codecs, then
+backends, then scans; statemeta below them all, and nothing of ``writers`` or ``catalog``.
 """
 
 from __future__ import annotations
@@ -26,11 +32,12 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
-from statecat.readers.arrow_types import state_schema
-from statecat.readers.diff import SavepointDiff, diff_savepoints
+from statecat.readers.codecs.arrow_types import state_schema
 from statecat.readers.keygroups import key_group_for
-from statecat.readers.keyview import KeyView, key_history, key_not_coercible_error, key_view
-from statecat.readers.scan import (
+from statecat.readers.scans import skew
+from statecat.readers.scans.diff import SavepointDiff, diff_savepoints
+from statecat.readers.scans.keyview import KeyView, key_history, key_not_coercible_error, key_view
+from statecat.readers.scans.scan import (
     DEFAULT_BATCH_ROWS,
     KeyedStateScanner,
     OperatorKeyedScan,
@@ -62,6 +69,7 @@ __all__ = [
     "key_history",
     "SavepointDiff",
     "diff_savepoints",
+    "skew",
 ]
 
 

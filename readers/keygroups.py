@@ -94,7 +94,7 @@ def key_grouper(key_type: TypeDescriptor, max_parallelism: int) -> Callable[[Any
     wrap = key_column_type(key_type) is not key_type
     field = key_type.fields[0][0] if wrap else None
     if key_type.kind == "rowdata":
-        from statecat.readers.encoders import build_encoder
+        from statecat.readers.codecs.encoders import build_encoder
 
         encoder = build_encoder(key_type)
 
@@ -124,7 +124,7 @@ def key_grouper(key_type: TypeDescriptor, max_parallelism: int) -> Callable[[Any
 def serialized_key(value: Any, key_type: TypeDescriptor) -> bytes | None:
     """The bytes Flink's key serializer writes for ``value`` (as the ``key`` column shows it), or
     None when it cannot be written (then the reader reads the key's whole key-group)."""
-    from statecat.readers.encoders import build_key_encoder
+    from statecat.readers.codecs.encoders import build_key_encoder
 
     out = bytearray()
     try:
@@ -140,7 +140,7 @@ def subtask_for_key_group(key_group: int, parallelism: int, max_parallelism: int
 
 def encode_binary_row(value: Any, desc: TypeDescriptor) -> bytes:
     """The BinaryRowData bytes Flink hashes for a SQL key (the serializer's output without its length)."""
-    from statecat.readers.encoders import encode
+    from statecat.readers.codecs.encoders import encode
 
     try:
         return encode(desc, value, what="key")[ROW_LENGTH_BYTES:]

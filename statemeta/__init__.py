@@ -8,17 +8,18 @@
 
 What lives here, by job:
 
-* the files: ``metadata`` (``_metadata``, versions 3-7), ``headers`` (state stream headers),
-  ``snapshots`` (serializer snapshots) and ``storage`` (where the bytes live, which may be read);
-* the model: ``model`` (StateMeta, operators, states, locations), ``types`` (portable type
-  descriptors), ``naming`` (one stable name per state), ``descriptors`` (declared types for states
-  whose bytes carry none), ``source_splits`` (FLIP-27 split types), ``classfile`` and ``classpath``
-  (a job's classes read as data, never loaded), ``kryo`` (Kryo-serialized types typed from them)
-  and ``avro`` (flink-avro types from the writer schema in the serializer snapshot);
-* the snapshotter: ``stateinfo`` (StateMeta as a versioned JSON document, STATEINFO.md),
-  ``watcher`` (``statecat watch``), ``discovery``, ``completeness`` and ``taken_at``;
-* shared by every layer: ``errors`` (one root exception, with file and offset), ``binary`` and
-  ``javaser`` (schema-blind readers of Java bytes), ``html`` (rich display in notebooks).
+* ``files/``: Flink's files: ``metadata`` (``_metadata``, versions 3-7), ``headers`` (state stream
+  headers), ``snapshots`` (serializer snapshots), ``storage`` (where the bytes live, which may be
+  read) and ``discovery``;
+* ``java/``: the Java world, read as data and never run: ``javaser`` (Java serialization),
+  ``classfile`` and ``classpath`` (a job's classes), ``kryo`` and ``avro`` (types from them);
+* ``snapshotter/``: ``stateinfo`` (StateMeta as a versioned JSON document, STATEINFO.md there),
+  ``watcher`` (``statecat watch``), ``completeness`` and ``taken_at``;
+* the model, at the top: ``model`` (StateMeta, operators, states, locations), ``types`` (portable
+  type descriptors), ``naming`` (one stable name per state), ``descriptors`` (declared types for
+  states whose bytes carry none), ``source_splits`` (FLIP-27 split types), and what every layer
+  shares: ``errors`` (one root exception, with file and offset), ``binary`` (a schema-blind reader
+  of Java's bytes), ``html`` (rich display in notebooks).
 
-The first layer: imports nothing of ``readers`` or ``catalog``.
+The first layer: imports nothing of ``readers``, ``writers`` or ``catalog``.
 """

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from statecat.statemeta.errors import FormatError, UnsupportedError
 
 if TYPE_CHECKING:
-    from statecat.statemeta.storage import StateFile
+    from statecat.statemeta.files.storage import StateFile
 
 _I8 = struct.Struct(">b")
 _U8 = struct.Struct(">B")

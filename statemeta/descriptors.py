@@ -23,7 +23,7 @@ says what those bytes encode; the job's own state descriptors do. A descriptor f
 ``LIST<T>`` means a ListState of T, ``MAP<K, V>`` a MapState (or a broadcast state),
 ``REDUCING<T>``/``AGGREGATING<T>`` those states, anything else a ValueState (``VALUE<LIST<STRING>>``
 for a ValueState holding a list); ``{"type": ..., "state": ...}`` is the long form. Type grammar:
-STATEINFO.md; coder byte layouts: readers/pyflink_coders.py. ``write_descriptor_file`` writes the
+STATEINFO.md; coder byte layouts: readers/codecs/pyflink.py. ``write_descriptor_file`` writes the
 file from the descriptor objects a PyFlink job already declares.
 
 A Java job's Kryo-serialized types are typed from its classes: ``"classpath": ["job.jar",
@@ -432,7 +432,7 @@ def apply_descriptors(meta: StateMeta, descriptors: DescriptorSource) -> StateMe
         operators.append(replace(op, states=tuple(states)))
     meta = StateMeta(meta.storage, meta.metadata, tuple(operators))
     if dset.classpath:
-        from statecat.statemeta.kryo import apply_classpath
+        from statecat.statemeta.java.kryo import apply_classpath
 
         meta = apply_classpath(meta, dset.classpath)
     return meta

@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
 from statecat.statemeta.errors import FormatError, LookupFailedError, did_you_mean
-from statecat.statemeta.headers import (
+from statecat.statemeta.files.headers import (
     StateMetaInfo,
     StreamHeader,
     read_keyed_header,
     read_operator_header,
     read_stream_bytes,
 )
-from statecat.statemeta.metadata import (
+from statecat.statemeta.files.metadata import (
     CheckpointMetadata,
     InlineStream,
     KeyGroupsHandle,
@@ -32,8 +32,8 @@ from statecat.statemeta.metadata import (
     UnsupportedKeyedHandle,
     read_metadata,
 )
+from statecat.statemeta.files.storage import Storage, open_storage
 from statecat.statemeta.source_splits import ENUMERATOR_TYPE, SOURCE_READER_STATE, SPLIT_TYPE
-from statecat.statemeta.storage import Storage, open_storage
 from statecat.statemeta.types import TypeDescriptor, collapse_raw
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ PYFLINK_PROCESS_STATE_PREFIX = "python-state-"
 # unframed (namespace, key, value) entries or priority-queue elements).
 HEAP_CHECKPOINT_LAYOUT = "heap_checkpoint"
 # Native RocksDB files (incremental/full RocksDB checkpoints, NATIVE savepoints): one column family
-# per state in SST files, read by statecat.readers.native_rocksdb.
+# per state in SST files, read by statecat.readers.backends.native_rocksdb.
 NATIVE_ROCKSDB_LAYOUT = "rocksdb_native"
 KEY_GROUP_LAYOUTS = ("canonical", HEAP_CHECKPOINT_LAYOUT, NATIVE_ROCKSDB_LAYOUT)
 PYFLINK_UNDECLARED_REASON = (
@@ -300,7 +300,7 @@ def load_state_meta(
     else:
         storage = open_storage(path, allowed_roots=allowed_roots)
     if use_state_info:
-        from statecat.statemeta.stateinfo import load_fresh_state_info
+        from statecat.statemeta.snapshotter.stateinfo import load_fresh_state_info
 
         meta = load_fresh_state_info(storage, state_info)
         if meta is not None and descriptors is None:
@@ -339,7 +339,7 @@ def _operator_meta(storage: Storage, op: OperatorState) -> OperatorMeta:
     states += [_operator_state(op.id, info, locs) for info, locs in operator.values()]
     if op.coordinator is not None:
         # A source's split enumerator checkpoint, decoded where its connector is known
-        # (statecat.readers.source_splits); other coordinators keep raw bytes and the reason.
+        # (statecat.readers.codecs.source_splits); other coordinators keep raw bytes and the reason.
         blob = ENUMERATOR_TYPE
         location = OperatorLocation(None, op.coordinator, (0,), False, op.coordinator.size)
         states.append(StateInfo(op.id, COORDINATOR_STATE, "coordinator", None, None, None, blob, None, (location,)))

@@ -3,7 +3,7 @@
 A source operator keeps its splits in the operator list state ``SourceReaderState`` (each element
 a ``byte[]``: the split serializer's version, then its bytes) and its split enumerator's
 checkpoint in the operator coordinator state. Neither names its connector, so
-``statecat.readers.source_splits`` recognises the formats it knows by their structure and fills
+``statecat.readers.codecs.source_splits`` recognises the formats it knows by their structure and fills
 the connector's struct; anything else keeps only ``raw`` and ``reason``. The column types are the
 same whatever the connector (one stable schema), declared here so that a table's schema is known
 before its bytes are read.
@@ -40,7 +40,7 @@ from __future__ import annotations
 from statecat.statemeta.types import TypeDescriptor
 
 SOURCE_READER_STATE = "SourceReaderState"
-# attrs that select statecat.readers.source_splits' decoders (see readers.decoders.build_decoder)
+# attrs that select statecat.readers.codecs.source_splits' decoders (see readers.decoders.build_decoder)
 SPLIT_CODEC = "source_split"
 ENUMERATOR_CODEC = "source_enumerator"
 

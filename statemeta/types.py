@@ -357,7 +357,7 @@ def stream_element_type(value: TypeDescriptor) -> TypeDescriptor:
 
 def java_serialized_type() -> TypeDescriptor:
     """JavaSerializer's values (legacy ``_default_`` operator state): one Java serialization stream
-    each, walked by statecat's own grammar parser (statemeta/javaser.py), never deserialized. The top
+    each, walked by statecat's own grammar parser (statemeta/java/javaser.py), never deserialized. The top
     object's class, the object graph as JSON text, and the stored bytes, which are what is written."""
     return TypeDescriptor.of(
         "java_serialized",

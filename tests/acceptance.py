@@ -15,7 +15,7 @@ from statecat.catalog.cli.inspect import describe
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
 from statecat.readers.keygroups import key_group_for
-from statecat.readers.scan import KeyedStateScanner
+from statecat.readers.scans.scan import KeyedStateScanner
 from statecat.statemeta.model import OperatorMeta, StateMeta, load_state_meta
 
 PYFLINK_PROCESS_PREFIX = "python-state-"

@@ -1,9 +1,9 @@
 """Stored bytes against statecat's encoders and writer.
 
-Encoders (readers/encoders.py): every part of a state — key, namespace, map user key and value,
+Encoders (readers/codecs/encoders.py): every part of a state — key, namespace, map user key and value,
 list element, whole list, value, timer, operator state element, broadcast entry — cut from a
 canonical savepoint's streams where the decoders end, and ``encode(decode(bytes))`` held to those
-bytes. Writer (readers/savepoint_writer.py): the bytes of every stream a ``_metadata`` refers to,
+bytes. Writer (writers/savepoint_writer.py): the bytes of every stream a ``_metadata`` refers to,
 to compare a rewrite with its source.
 
 Shared by tests/test_encoders.py and tests/test_write.py (the fixture corpus) and
@@ -20,8 +20,9 @@ import pyarrow as pa
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.arrow_types import arrow_type
-from statecat.readers.decoders import (
+from statecat.readers.backends.streams import decompress_snappy_framed
+from statecat.readers.codecs.arrow_types import arrow_type
+from statecat.readers.codecs.decoders import (
     BIGINT_LENGTH_OFFSET,
     BIGINT_SHORT_FORMS,
     LIST_ELEMENT_DELIMITER,
@@ -29,12 +30,8 @@ from statecat.readers.decoders import (
     build_decoder,
     build_key_decoder,
 )
-from statecat.readers.encoders import (
+from statecat.readers.codecs.encoders import (
     MICROS_DIGITS,
-    NANOS_PER_MICRO,
-    ROW_HEADER_BITS,
-    ROW_KIND_INSERT,
-    WORD,
     TtlValue,
     build_encoder,
     build_key_encoder,
@@ -42,10 +39,12 @@ from statecat.readers.encoders import (
     build_timer_encoder,
     ttl_timestamp,
 )
-from statecat.readers.scan import KeyedStateScanner, decompress_snappy_framed
+from statecat.readers.codecs.rowdata import ROW_HEADER_BITS, ROW_KIND_INSERT, WORD
+from statecat.readers.codecs.values import NANOS_PER_MICRO
+from statecat.readers.scans.scan import KeyedStateScanner
 from statecat.statemeta.errors import UnsupportedError
-from statecat.statemeta.headers import open_stream
-from statecat.statemeta.metadata import InlineStream, read_metadata
+from statecat.statemeta.files.headers import open_stream
+from statecat.statemeta.files.metadata import InlineStream, read_metadata
 from statecat.statemeta.model import KEY_GROUP_LAYOUTS, OperatorMeta, StateInfo
 from statecat.statemeta.types import TypeDescriptor, key_column_type
 

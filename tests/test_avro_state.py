@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.avro import MAX_ZERO_WIDTH_ITEMS, build_avro_decoder
-from statecat.readers.decoders import DecodeError
-from statecat.statemeta.avro import AVRO_SNAPSHOT, avro_descriptor, parse_schema
+from statecat.readers.codecs.avro import MAX_ZERO_WIDTH_ITEMS, build_avro_decoder
+from statecat.readers.codecs.decoders import DecodeError
 from statecat.statemeta.binary import DataInput
 from statecat.statemeta.errors import FormatError, StatecatError
+from statecat.statemeta.files.snapshots import SnapshotReader
+from statecat.statemeta.java.avro import AVRO_SNAPSHOT, avro_descriptor, parse_schema
 from statecat.statemeta.model import load_state_meta
-from statecat.statemeta.snapshots import SnapshotReader
 from tests.acceptance import canonical
 from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir
 
@@ -159,7 +159,7 @@ def _copy_with_metadata_edit(case: str, tmp_path: Path, old: bytes, new: bytes) 
 
 def test_a_damaged_schema_in_a_real_savepoint_leaves_that_state_raw_with_the_reason(tmp_path):
     # The Profile schema's enum loses its symbols list: not a schema Avro (or statecat) reads. The
-    # header parser recovers past the snapshot (statemeta/headers.py): that state becomes bytes
+    # header parser recovers past the snapshot (statemeta/files/headers.py): that state becomes bytes
     # with the reason, the other states still decode.
     case = AVRO_CASES[0]
     damaged = _copy_with_metadata_edit(
@@ -370,7 +370,8 @@ def test_a_time_of_day_out_of_range_is_refused():
 
 
 def test_hand_made_value_encodes_back_to_its_bytes():
-    from statecat.readers.encoders import EncodeError, build_encoder
+    from statecat.readers.codecs.encoders import build_encoder
+    from statecat.readers.codecs.values import EncodeError
 
     desc = avro_descriptor(parse_schema(RECORD), RECORD, None)
     value = _value(7, 1, 2, struct.pack(">i", 0), 3)

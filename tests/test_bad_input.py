@@ -23,7 +23,7 @@ from statecat.statemeta.errors import (
     StateFileError,
     UnsupportedError,
 )
-from statecat.statemeta.metadata import METADATA_MAGIC, read_metadata
+from statecat.statemeta.files.metadata import METADATA_MAGIC, read_metadata
 from statecat.statemeta.model import load_state_meta
 from tests.fixtures.expected import load_expected, savepoint_dir
 

@@ -1,8 +1,8 @@
-"""Per-state sizes (statecat.readers.state_bytes), state_meta's entries/bytes/operator_bytes, and the
+"""Per-state sizes (statecat.readers.scans.state_bytes), state_meta's entries/bytes/operator_bytes, and the
 catalog-wide tables statecat.states / statecat.operators.
 
 Ground truth: entries from the fixtures' expected.json (written from the jobs' input); bytes from
-the stream sizes and key-group offsets in _metadata, less the framing readers/state_bytes.py documents.
+the stream sizes and key-group offsets in _metadata, less the framing readers/scans/state_bytes.py documents.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ MORE_CASES = ["sql_join_2.3", "datastream_thread_2.3", "sql_types_2.3"]
 
 
 def _measured(state) -> bool:
-    """Keyed states in heap-checkpoint key-groups have no per-state bytes (readers/state_bytes.py)."""
+    """Keyed states in heap-checkpoint key-groups have no per-state bytes (readers/scans/state_bytes.py)."""
     return all(getattr(loc, "layout", "canonical") == "canonical" for loc in state.locations) or not state.is_keyed
 
 
@@ -112,7 +112,7 @@ def _expected_entries(state: dict, parallelism: int) -> int:
 
 @pytest.mark.parametrize("case", CASES)
 def test_state_bytes_add_up_to_the_streams_less_headers_and_end_markers(case):
-    from statecat.readers.state_bytes import savepoint_bytes
+    from statecat.readers.scans.state_bytes import savepoint_bytes
 
     meta = _meta(case)
     sizes = savepoint_bytes(meta)
@@ -177,7 +177,7 @@ def _plain_savepoint(case) -> bool:
 
 @pytest.mark.parametrize("case", [c for c in CASES if _plain_savepoint(c)])
 def test_state_bytes_match_an_independent_walk_of_the_key_groups(case):
-    from statecat.readers.state_bytes import savepoint_bytes
+    from statecat.readers.scans.state_bytes import savepoint_bytes
 
     meta = _meta(case)
     sizes = savepoint_bytes(meta)
@@ -190,7 +190,7 @@ def test_state_bytes_match_an_independent_walk_of_the_key_groups(case):
 
 def test_operator_bytes_are_the_operators_streams_as_inspect_counts_them():
     from statecat.catalog.cli.inspect import describe
-    from statecat.readers.state_bytes import savepoint_bytes
+    from statecat.readers.scans.state_bytes import savepoint_bytes
 
     for case in CASES:
         meta = _meta(case)
@@ -202,8 +202,8 @@ def test_operator_bytes_are_the_operators_streams_as_inspect_counts_them():
 def test_unreadable_handles_are_counted_apart():
     import dataclasses
 
-    from statecat.readers.state_bytes import savepoint_bytes
-    from statecat.statemeta.metadata import NativeRocksDBHandle, UnsupportedKeyedHandle
+    from statecat.readers.scans.state_bytes import savepoint_bytes
+    from statecat.statemeta.files.metadata import NativeRocksDBHandle, UnsupportedKeyedHandle
     from statecat.statemeta.model import StateMeta, _operator_meta
 
     # No fixture has a handle statecat does not read (changelog backend): a real RocksDB
@@ -238,7 +238,7 @@ def test_unreadable_handles_are_counted_apart():
 
 @pytest.mark.parametrize("case", CASES)
 def test_entries_are_what_the_jobs_input_implies(case):
-    from statecat.readers.state_bytes import savepoint_bytes
+    from statecat.readers.scans.state_bytes import savepoint_bytes
 
     meta = _meta(case)
     sizes = savepoint_bytes(meta)
@@ -258,7 +258,7 @@ def test_entries_are_what_the_jobs_input_implies(case):
 
 
 def test_compressed_savepoint_measures_the_same_entries_as_the_plain_one():
-    from statecat.readers.state_bytes import savepoint_bytes
+    from statecat.readers.scans.state_bytes import savepoint_bytes
 
     plain = _meta("sql_groupby_hashmap_2.3")
     packed = _meta("sql_groupby_compressed_2.3")
@@ -269,7 +269,7 @@ def test_compressed_savepoint_measures_the_same_entries_as_the_plain_one():
 
 
 def test_key_group_sizes_sum_to_the_state_sizes():
-    from statecat.readers.state_bytes import key_group_bytes, operator_bytes
+    from statecat.readers.scans.state_bytes import key_group_bytes, operator_bytes
 
     meta = _meta("sql_join_2.3")
     op, _ = meta.find_state("left-records")
@@ -287,9 +287,9 @@ def test_key_group_sizes_sum_to_the_state_sizes():
 def test_a_damaged_key_group_is_a_clear_error(tmp_path):
     import shutil
 
-    from statecat.readers.state_bytes import savepoint_bytes
+    from statecat.readers.scans.state_bytes import savepoint_bytes
     from statecat.statemeta.errors import FormatError
-    from statecat.statemeta.metadata import FileStream
+    from statecat.statemeta.files.metadata import FileStream
 
     copy = tmp_path / "sp"
     shutil.copytree(savepoint_dir("sql_groupby_hashmap_2.3"), copy)
@@ -437,7 +437,7 @@ def test_catalog_wide_states_follow_attach_and_detach(spark):
 
 @pytest.mark.spark
 def test_catalog_wide_operators_add_up(spark):
-    from statecat.readers.state_bytes import savepoint_bytes
+    from statecat.readers.scans.state_bytes import savepoint_bytes
 
     rows = spark.sql(
         "SELECT o.database, o.operator_id, o.states, o.state_bytes, o.framing_bytes, "

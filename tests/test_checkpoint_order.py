@@ -33,8 +33,8 @@ import pytest
 from statecat.catalog.cli import main as cli_main
 from statecat.catalog.lake.materialize import Materializer, Retention
 from statecat.catalog.lake.tables import read_delta
-from statecat.statemeta.taken_at import SOURCE_CHECKPOINT, SOURCE_FLINK_HISTORY
-from statecat.statemeta.watcher import Watcher
+from statecat.statemeta.snapshotter.taken_at import SOURCE_CHECKPOINT, SOURCE_FLINK_HISTORY
+from statecat.statemeta.snapshotter.watcher import Watcher
 from tests.fixtures.expected import iter_states, load_expected, phases
 from tests.test_materialize import duckdb_with_delta, register_lake_views
 

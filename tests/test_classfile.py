@@ -1,4 +1,4 @@
-"""The class-file reader (statemeta/classfile.py) and classpath lookup (statemeta/classpath.py) on
+"""The class-file reader (statemeta/java/classfile.py) and classpath lookup (statemeta/java/classpath.py) on
 classes javac compiles, checked against the JDK's own ``javap -p -v``: class and field names,
 access flags, erased descriptors and generic signatures, class by class. Then the must-reject
 inputs: every truncation, seeded byte mutations, a newer major version, oversized JAR entries,
@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from statecat.statemeta import classpath as classpath_module
-from statecat.statemeta.classfile import (
+from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
+from statecat.statemeta.java import classpath as classpath_module
+from statecat.statemeta.java.classfile import (
     JavaClass,
     parse_descriptor,
     parse_field_signature,
     read_class,
 )
-from statecat.statemeta.classpath import ClassPath
-from statecat.statemeta.errors import FormatError, StatecatError, UnsupportedError
+from statecat.statemeta.java.classpath import ClassPath
 from tests.fixtures.runtime import jdk_tool
 
 SOURCE = Path(__file__).parent / "fixtures" / "classfile" / "Shapes.java"

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from statecat.readers.fastscan import list_ascii_strings, list_fixed_elements, run_starts
-from statecat.readers.scan import KeyedStateScanner
+from statecat.readers.scans.fastscan import list_ascii_strings, list_fixed_elements, run_starts
+from statecat.readers.scans.scan import KeyedStateScanner
 from statecat.statemeta.model import load_state_meta
 from tests.fixtures.expected import savepoint_dir
 

@@ -19,17 +19,17 @@ from pathlib import Path
 import pytest
 
 from statecat.statemeta.errors import StateFileError
-from statecat.statemeta.headers import read_keyed_header
-from statecat.statemeta.metadata import read_metadata
-from statecat.statemeta.model import load_state_meta
-from statecat.statemeta.stateinfo import STATE_INFO_FILE, read_state_info, snapshot
-from statecat.statemeta.storage import (
+from statecat.statemeta.files.headers import read_keyed_header
+from statecat.statemeta.files.metadata import read_metadata
+from statecat.statemeta.files.storage import (
     ALLOWED_ROOTS_ENV,
     ALLOWED_ROOTS_OPTION,
     allow_roots_for_process,
     open_storage,
     split_roots,
 )
+from statecat.statemeta.model import load_state_meta
+from statecat.statemeta.snapshotter.stateinfo import STATE_INFO_FILE, read_state_info, snapshot
 from tests.acceptance import check_state_rows
 from tests.fixtures.expected import case_dir, iter_states, load_expected
 

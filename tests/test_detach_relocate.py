@@ -119,7 +119,7 @@ def _property(env, database: str) -> str:
 
 def test_an_older_registry_is_migrated_once_and_every_column_has_a_comment(env):
     from statecat.catalog.spark.registry import REGISTRY_SCHEMA, TIME_SOURCE_COMMENT, ensure_registry
-    from statecat.statemeta.taken_at import SOURCE_FILE
+    from statecat.statemeta.snapshotter.taken_at import SOURCE_FILE
 
     spark = env["spark"]
     ensure_registry(spark)

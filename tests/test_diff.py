@@ -13,10 +13,10 @@ import sys
 import pytest
 
 from statecat.readers import SavepointReader, diff_savepoints
-from statecat.readers.diff import ADDED, CHANGED, COMPARED, NOT_COMPARED, REMOVED
-from statecat.readers.scan import KeyedStateScanner
+from statecat.readers.scans.diff import ADDED, CHANGED, COMPARED, NOT_COMPARED, REMOVED
+from statecat.readers.scans.scan import KeyedStateScanner
 from statecat.statemeta.errors import LookupFailedError
-from statecat.statemeta.metadata import InlineStream
+from statecat.statemeta.files.metadata import InlineStream
 from statecat.statemeta.model import StateMeta, load_state_meta
 from tests.acceptance import canonical, find_operator
 from tests.fixtures.expected import iter_states, load_expected, savepoint_dir

@@ -12,10 +12,10 @@ import pytest
 from statecat.catalog.spark import edits
 from statecat.catalog.spark.edit_plan import KEYED_KINDS
 from statecat.readers import SavepointReader
-from statecat.readers.entry_codec import EntryCodec
-from statecat.readers.savepoint_writer import write_savepoint as write_canonical
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.model import load_state_meta
+from statecat.writers.entry_codec import EntryCodec
+from statecat.writers.savepoint_writer import write_savepoint as write_canonical
 from tests.fixtures.edits import RowChanges
 from tests.fixtures.expected import savepoint_dir
 from tests.round_trip import handle_streams

@@ -1,4 +1,4 @@
-"""Encoders (readers/encoders.py) held to real Flink bytes.
+"""Encoders (readers/codecs/encoders.py) held to real Flink bytes.
 
 Ground truth is bytes Flink wrote, never statecat's own encoding:
 
@@ -35,24 +35,23 @@ import pyarrow as pa
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.arrow_types import arrow_type
-from statecat.readers.decoders import (
+from statecat.readers.codecs.arrow_types import arrow_type
+from statecat.readers.codecs.decoders import (
     build_decoder,
 )
-from statecat.readers.encoders import (
-    EncodeError,
+from statecat.readers.codecs.encoders import (
     TtlValue,
     build_encoder,
     build_key_encoder,
     build_list_state_encoder,
     build_timer_encoder,
-    coder_encoder,
     encode,
     ttl_timestamp,
     write_utf,
 )
-from statecat.readers.pyflink_coders import coder_decoder
-from statecat.readers.source_splits import split_element_decoder
+from statecat.readers.codecs.pyflink import coder_decoder, coder_encoder
+from statecat.readers.codecs.source_splits import split_element_decoder
+from statecat.readers.codecs.values import EncodeError
 from statecat.statemeta.descriptors import parse_type
 from statecat.statemeta.errors import StatecatError, UnsupportedError
 from statecat.statemeta.source_splits import ENUMERATOR_TYPE, SPLIT_TYPE

@@ -23,14 +23,15 @@ from pathlib import Path
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.decoders import DecodeError, build_decoder
-from statecat.readers.encoders import EncodeError, build_encoder
-from statecat.readers.entry_codec import EntryCodec
-from statecat.readers.java_serialized import REPEATED_TEXT_BUDGET, decode_java_serialized, encode_java_serialized
+from statecat.readers.codecs.decoders import DecodeError, build_decoder
+from statecat.readers.codecs.encoders import build_encoder
+from statecat.readers.codecs.java_serialized import REPEATED_TEXT_BUDGET, decode_java_serialized, encode_java_serialized
+from statecat.readers.codecs.values import EncodeError
 from statecat.statemeta.errors import FormatError
-from statecat.statemeta.javaser import BASE_WIRE_HANDLE, STREAM_MAGIC, STREAM_VERSION
-from statecat.statemeta.snapshots import NESTED_DELEGATE_MAGIC
+from statecat.statemeta.files.snapshots import NESTED_DELEGATE_MAGIC
+from statecat.statemeta.java.javaser import BASE_WIRE_HANDLE, STREAM_MAGIC, STREAM_VERSION
 from statecat.statemeta.types import TypeDescriptor
+from statecat.writers.entry_codec import EntryCodec
 from tests.fixtures.restore_tests import RESTORE_TEST_VERSIONS, program, restore_tests_root
 from tests.test_kryo_encoder import _key_groups  # (key-group, entries) by framing alone
 

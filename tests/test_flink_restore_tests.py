@@ -149,7 +149,7 @@ def test_dataview_placeholders_say_where_the_entries_are():
 def test_an_async_operators_buffer_holds_the_record_in_flight_and_encodes_back_to_its_bytes():
     """AsyncCalcTestPrograms' async-calc-failure-exception: the function fails on 2, retrying, when
     the savepoint is taken after (1), (2): the buffer (StreamElementSerializer) holds that record."""
-    from statecat.readers.encoders import build_encoder
+    from statecat.readers.codecs.encoders import build_encoder
 
     for version in RESTORE_TEST_VERSIONS:
         savepoint = program(version, "stream-exec-async-calc_1", "async-calc-failure-exception")
@@ -167,7 +167,7 @@ def test_an_async_operators_buffer_holds_the_record_in_flight_and_encodes_back_t
 def test_a_delta_joins_buffer_reads_records_and_watermarks():
     """The delta join's async-wait ListState holds (left, right, watermark, side) tuples of stream
     elements: each decodes, and each encodes back to bytes Flink wrote."""
-    from statecat.readers.encoders import build_encoder
+    from statecat.readers.codecs.encoders import build_encoder
 
     savepoint = program("2.3.0", "stream-exec-delta-join_2", "delta-join-with-cache")
     reader = SavepointReader(str(savepoint))

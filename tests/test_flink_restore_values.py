@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.savepoint_writer import COORDINATOR_STATE, write_savepoint
 from statecat.statemeta.errors import StatecatError
-from statecat.statemeta.metadata import FIRST_VERSION_WITH_PROPERTIES
-from statecat.statemeta.metadata_writer import SAVEPOINT_ACTION, SAVEPOINT_NAME, savepoint_properties
+from statecat.statemeta.files.metadata import FIRST_VERSION_WITH_PROPERTIES
+from statecat.writers.metadata_writer import SAVEPOINT_ACTION, SAVEPOINT_NAME, savepoint_properties
+from statecat.writers.savepoint_writer import COORDINATOR_STATE, write_savepoint
 from tests.fixtures.restore_tests import METADATA, RESTORE_TEST_VERSIONS, program, restore_tests_root, savepoints
 from tests.round_trip import (
     assert_parts_round_trip,
@@ -747,8 +747,8 @@ def test_a_non_time_over_aggregate_keeps_each_row_its_sort_position_and_running_
 
 # ----------------------------------------------------------------------------- bytes
 
-# Parts statecat cannot write back as Flink stored them (gaps in readers/decoders.py and
-# readers/encoders.py), by program and state, with why. Any other part that does not round-trip
+# Parts statecat cannot write back as Flink stored them (gaps in readers/codecs/decoders.py and
+# readers/codecs/encoders.py), by program and state, with why. Any other part that does not round-trip
 # fails; a gap closed needs no change here.
 ENCODER_GAPS = {
     (

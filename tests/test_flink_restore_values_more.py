@@ -1930,7 +1930,7 @@ def test_a_test_sink_keeps_the_rows_it_received_before_the_savepoint(node, name,
     received (sink-results, the program's consumedBeforeRestore, in arrival order where one input
     fixes it: the joins' order follows how their two sources interleave) and the result they make
     (sink-retract-results: the changelog applied). statecat reads a RowData without its RowKind
-    (readers/encoders.py writes INSERT), so the -U and -D rows read as their fields only."""
+    (readers/codecs/encoders.py writes INSERT), so the -U and -D rows read as their fields only."""
     for savepoint in _releases(node, name):
         (received,) = _elements(savepoint, "sink-results")
         expected = [text[2:] for text in consumed]

@@ -18,11 +18,11 @@ import pytest
 from statecat.readers import SavepointReader
 from statecat.readers.keygroups import key_group_for
 from statecat.statemeta.errors import FormatError, UnsupportedError
-from statecat.statemeta.headers import read_keyed_header
-from statecat.statemeta.metadata import FileStream, InlineStream, KeyGroupsHandle, read_metadata
+from statecat.statemeta.files.headers import read_keyed_header
+from statecat.statemeta.files.metadata import FileStream, InlineStream, KeyGroupsHandle, read_metadata
+from statecat.statemeta.files.storage import open_storage
 from statecat.statemeta.model import StateMeta, key_group_layout, load_state_meta
-from statecat.statemeta.stateinfo import from_state_info, to_state_info
-from statecat.statemeta.storage import open_storage
+from statecat.statemeta.snapshotter.stateinfo import from_state_info, to_state_info
 from tests.acceptance import canonical, check_state_rows, find_operator
 from tests.fixtures.expected import CASES, case_dir, iter_states, load_expected, savepoint_dir
 

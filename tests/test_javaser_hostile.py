@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from statecat.statemeta.errors import FormatError
-from statecat.statemeta.javaser import BASE_WIRE_HANDLE, parse_java_object
+from statecat.statemeta.java.javaser import BASE_WIRE_HANDLE, parse_java_object
 
 HEADER = b"\xac\xed\x00\x05"
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from statecat.readers import SavepointReader, key_history
-from statecat.readers.keyview import KeyNotCoercible, coerce_key
+from statecat.readers.scans.keyview import KeyNotCoercible, coerce_key
 from statecat.statemeta.errors import LookupFailedError
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.types import TypeDescriptor

@@ -1,4 +1,4 @@
-"""Kryo values written back (readers/kryo_encoder.py), held to real Flink bytes.
+"""Kryo values written back (readers/codecs/kryo_encoder.py), held to real Flink bytes.
 
 Ground truth: every Kryo value of the Java type matrix's savepoints (tests/flink_jobs/java/
 JavaTypeMatrix.java on Flink 1.20 = Kryo 2.24 and 2.3 = Kryo 5, hashmap and RocksDB), typed from the
@@ -20,15 +20,16 @@ import re
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, build_decoder
-from statecat.readers.encoders import EncodeError, build_encoder, encode
-from statecat.readers.entry_codec import MAP_VALUE_PRESENT, EntryCodec, StateRow
-from statecat.readers.framing import parse_runs
-from statecat.readers.kryo import KryoString
+from statecat.readers.backends.framing import parse_runs
+from statecat.readers.codecs.decoders import LIST_ELEMENT_DELIMITER, build_decoder
+from statecat.readers.codecs.encoders import build_encoder, encode
+from statecat.readers.codecs.kryo import KryoString
+from statecat.readers.codecs.values import EncodeError
 from statecat.statemeta.errors import UnsupportedError
-from statecat.statemeta.headers import read_stream_bytes
-from statecat.statemeta.kryo import KRYO2, KRYO5
+from statecat.statemeta.files.headers import read_stream_bytes
+from statecat.statemeta.java.kryo import KRYO2, KRYO5
 from statecat.statemeta.types import TypeDescriptor
+from statecat.writers.entry_codec import MAP_VALUE_PRESENT, EntryCodec, StateRow
 from tests.fixtures import runtime
 from tests.fixtures.expected import load_expected, savepoint_dir
 

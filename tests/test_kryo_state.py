@@ -1,4 +1,4 @@
-"""Kryo state typed from the job's classes (statemeta/kryo.py, readers/kryo.py) beyond the type
+"""Kryo state typed from the job's classes (statemeta/java/kryo.py, readers/codecs/kryo.py) beyond the type
 matrix's decoding checks (tests/test_java_type_matrix.py): the classpath carried by descriptor
 files, stateInfo, the key view and attached Spark tables; what is said without the jar; and the
 must-reject inputs (every truncation and seeded mutations of real Kryo values, hostile class
@@ -20,9 +20,9 @@ import sys
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.decoders import DecodeError, build_decoder
+from statecat.readers.codecs.decoders import DecodeError, build_decoder
 from statecat.statemeta.errors import StatecatError
-from statecat.statemeta.kryo import KryoTypes, NotKryoDecodable, kryo_version
+from statecat.statemeta.java.kryo import KryoTypes, NotKryoDecodable, kryo_version
 from tests.fixtures.expected import load_expected, savepoint_dir
 from tests.fixtures.runtime import java_job_jar
 
@@ -153,7 +153,7 @@ def test_seeded_mutations_of_real_kryo_values_fail_cleanly(case, jars):
 
 
 def test_class_names_from_the_bytes_are_never_paths(jars):
-    from statecat.statemeta.classpath import ClassPath
+    from statecat.statemeta.java.classpath import ClassPath
 
     with ClassPath([jars["java_type_matrix_2.3_hashmap"]]) as cp:
         types = KryoTypes(cp, kryo_version(6))

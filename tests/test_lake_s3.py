@@ -11,9 +11,9 @@ from deltalake import QueryBuilder
 
 from statecat.catalog.lake.tables import read_delta
 from statecat.readers import SavepointReader
+from statecat.statemeta.files.storage import open_storage
 from statecat.statemeta.model import load_state_meta
 from statecat.statemeta.naming import stable_state_names
-from statecat.statemeta.storage import open_storage
 from tests.fixtures.expected import savepoint_dir
 from tests.fixtures.s3 import BUCKET, moto_s3
 from tests.test_materialize import (

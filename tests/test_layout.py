@@ -1,7 +1,9 @@
-"""The house's one-way rule, checked on the sources: files -> statemeta -> readers -> catalog, and
-inside catalog render -> report -> spark -> servers -> lake -> cli. Every import counts, also the
-ones inside functions (they are how a module avoids loading Spark early, not an exception to the
-rule)."""
+"""The house's one-way rule, checked on the sources: files -> statemeta -> readers -> writers ->
+catalog, and inside catalog render -> report -> spark -> servers -> lake -> cli. Every import counts,
+also the ones inside functions (they are how a module avoids loading Spark early, not an exception
+to the rule). Inside the two lower floors the rooms have an order of their own (INNER_ORDER), where
+imports for annotations only (``if TYPE_CHECKING:``) do not count: the modules of one layer name
+each other's types freely, but run in one direction."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 ORDER = [
     "statemeta",
     "readers",
+    "writers",
     "catalog.render",
     "catalog.report",
     "catalog.spark",
@@ -36,7 +39,7 @@ def _room(module: str) -> str:
     The package root's own names (``__version__``) import nothing: ``root``, open to every room; its
     other names (``statecat.attach``) resolve into the catalog."""
     parts = module.split(".")
-    if parts[0] in ("statemeta", "readers"):
+    if parts[0] in ("statemeta", "readers", "writers"):
         return parts[0]
     if parts[0] != "catalog":
         return "root" if parts[0].startswith("__") else "catalog"
@@ -68,7 +71,7 @@ def _statecat_imports(source: str) -> Iterator[tuple[int, str]]:
 
 
 def _sources():
-    for top in ("statemeta", "readers", "catalog"):
+    for top in ("statemeta", "readers", "writers", "catalog"):
         yield from sorted((REPO / top).rglob("*.py"))
 
 
@@ -89,45 +92,139 @@ def test_the_rule_sees_lazy_and_aliased_imports():
     found = [(line, _room(name)) for line, name in _statecat_imports(source)]
     assert sorted(found) == [(2, "catalog.spark"), (4, "catalog.cli")]
     assert "catalog.spark" not in ALLOWED["readers"] and "catalog.cli" not in ALLOWED["catalog.lake"]
+    assert "writers" not in ALLOWED["readers"] and "writers" in ALLOWED["catalog.spark"]
 
 
-def test_catalog_keeps_few_modules_at_its_top():
-    top = sorted(p.name for p in (REPO / "catalog").glob("*.py"))
-    assert len(top) <= 10, top
-    rooms = sorted(p.name for p in (REPO / "catalog").iterdir() if (p / "__init__.py").is_file())
-    for room in rooms:
-        doc = ast.get_docstring(ast.parse((REPO / "catalog" / room / "__init__.py").read_text()))
-        assert doc, f"catalog/{room}/__init__.py says nothing about what lives there"
+# The rooms of statemeta and readers in the order they run: each may import, at run time, only
+# the ones before it. Top-level modules belong to the room their job is (the model's helpers to
+# "statemeta.base", the model itself and what builds on it to "statemeta.model").
+INNER_ORDER = [
+    "statemeta.base",
+    "statemeta.java",
+    "statemeta.files",
+    "statemeta.model",
+    "statemeta.snapshotter",
+    "statemeta",
+    "readers.codecs",
+    "readers.keygroups",
+    "readers.backends",
+    "readers.scans",
+    "readers",
+]
+STATEMETA_BASE = {"errors", "types", "binary", "source_splits"}
+# Loading a StateMeta reads the snapshotter's stateInfo when one matches _metadata (model.py).
+INNER_EXCEPTIONS = {("statemeta/model.py", "statemeta.snapshotter.stateinfo.load_fresh_state_info")}
+
+
+def _inner_room(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return parts[0]
+    if parts[0] == "statemeta":
+        if parts[1] in ("files", "java", "snapshotter"):
+            return f"statemeta.{parts[1]}"
+        return "statemeta.base" if parts[1] in STATEMETA_BASE else "statemeta.model"
+    return f"readers.{parts[1]}" if parts[1] in ("codecs", "backends", "scans") else "readers.keygroups"
+
+
+def _run_time_imports(source: str) -> Iterator[tuple[int, str]]:
+    """Like _statecat_imports, without the imports under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(source)
+    typing_only = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            typing_only |= {id(child) for stmt in node.body for child in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                if node.module.startswith("statecat."):
+                    yield node.lineno, f"{node.module}.{alias.name}".removeprefix("statecat.")
+
+
+def test_the_lower_floors_rooms_run_one_way():
+    wrong = []
+    for top in ("statemeta", "readers"):
+        for path in sorted((REPO / top).rglob("*.py")):
+            room = _inner_room(_module_of(path))
+            for line, name in _run_time_imports(path.read_text()):
+                if name.split(".")[0] != top:
+                    continue
+                target = _inner_room(name)
+                relative = str(path.relative_to(REPO))
+                if INNER_ORDER.index(target) > INNER_ORDER.index(room) and (relative, name) not in INNER_EXCEPTIONS:
+                    wrong.append(f"{relative}:{line}: {room} imports {name}")
+    assert not wrong, "imports against the rooms' order:\n" + "\n".join(wrong)
+
+
+def test_the_inner_rule_sees_run_time_imports_only():
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from statecat.readers.scans.scan import S\n"
+    source += "def f():\n    from statecat.readers.scans.scan import T\n"
+    assert list(_run_time_imports(source)) == [(5, "readers.scans.scan.T")]
+    assert INNER_ORDER.index(_inner_room("readers.scans.scan")) > INNER_ORDER.index(_inner_room("readers.backends.sst"))
+
+
+def test_every_folder_keeps_few_modules_and_says_what_lives_there():
+    for top in ("statemeta", "readers", "writers", "catalog"):
+        modules = sorted(p.name for p in (REPO / top).glob("*.py") if p.name != "__init__.py")
+        assert len(modules) <= 12, f"{top}/ holds {len(modules)} modules beside its rooms: {modules}"
+        for package in [REPO / top, *sorted(p.parent for p in (REPO / top).rglob("*/__init__.py"))]:
+            doc = ast.get_docstring(ast.parse((package / "__init__.py").read_text()))
+            assert doc, f"{package.relative_to(REPO)}/__init__.py says nothing about what lives there"
+
+
+def test_no_source_file_is_over_a_thousand_lines():
+    long = [
+        f"{path.relative_to(REPO)}: {lines} lines"
+        for path in _sources()
+        if (lines := len(path.read_text().splitlines())) > 1050
+    ]
+    assert not long, long
 
 
 def _readme_map() -> dict[str, set[str]]:
-    """The README's map of the tree: each top folder and the names listed under it."""
+    """The README's map of the tree: each top folder and the paths listed under it (a room's
+    modules, indented below the room, as ``room/module.py``)."""
     text = (REPO / "README.md").read_text()
     block = text[text.index("## Layout") :].split("```")[1]
     listed: dict[str, set[str]] = {}
-    top = None
+    top = room = None
     for line in block.splitlines():
         if not line.strip():
             continue
         names = line.strip().split("  ")[0]
-        if not line.startswith(" "):
-            top = names.rstrip("/")
+        depth = (len(line) - len(line.lstrip())) // 2
+        if depth == 0:
+            top, room = names.rstrip("/"), None
             listed[top] = set()
             continue
         for name in names.replace(":", "").split(", "):
-            listed[top].add(name.strip())
+            name = name.strip()
+            if depth == 1:
+                listed[top].add(name)
+                room = name if name.endswith("/") and "/" not in name[:-1] else None
+            else:
+                assert room, f"README's map indents {name} below a line that is not a room"
+                listed[top].add(room + name)
     return listed
 
 
 def test_readme_map_matches_the_tree():
     listed = _readme_map()
-    assert {"statemeta", "readers", "catalog", "tests", "bench", "sql_examples"} <= set(listed)
+    assert {"statemeta", "readers", "writers", "catalog", "tests", "bench", "sql_examples"} <= set(listed)
     for top, names in listed.items():
         for name in names:
             assert (REPO / top / name.rstrip("/")).exists(), f"README's map names {top}/{name}, which is not there"
-    for top in ("statemeta", "readers"):
-        modules = {p.name for p in (REPO / top).glob("*.py") if p.name != "__init__.py"}
-        modules |= {p.name + "/" for p in (REPO / top).iterdir() if (p / "__init__.py").is_file()}
+    for top in ("statemeta", "readers", "writers"):
+        modules = set()
+        for path in (REPO / top).rglob("*.py"):
+            relative = path.relative_to(REPO / top)
+            if path.name == "__init__.py" or len(relative.parts) > 2:
+                continue  # a room's subpackage (backends/sst/) is listed whole
+            modules.add(str(relative))
+        modules |= {f"{p.parent.relative_to(REPO / top)}/" for p in (REPO / top).glob("*/__init__.py")}
+        modules |= {f"{p.parent.relative_to(REPO / top)}/" for p in (REPO / top).glob("*/*/__init__.py")}
         assert modules <= listed[top], f"modules of {top}/ missing from the README's map: {modules - listed[top]}"
     rooms = {p.name + "/" for p in (REPO / "catalog").iterdir() if p.is_dir() and p.name != "__pycache__"}
     rooms |= {p.name for p in (REPO / "catalog").glob("*.py") if p.name != "__init__.py"}

@@ -356,7 +356,7 @@ def test_dashboard_queries_answer_on_the_lake(history):
                 for loc in s.locations
                 if loc.native is None
             }
-            # A native RocksDB instance's states hold its SST files' bytes (readers/state_bytes.py).
+            # A native RocksDB instance's states hold its SST files' bytes (readers/scans/state_bytes.py).
             native = {loc.native for s in op.states if s.is_keyed for loc in s.locations if loc.native is not None}
             keyed_bytes = sum(b for _, b in keyed) + sum(f.stream.size for h in native for f in h.sst_files)
             other = sum(

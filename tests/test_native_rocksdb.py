@@ -11,11 +11,11 @@ import pytest
 
 from statecat.readers import SavepointReader
 from statecat.readers.keygroups import key_group_for
-from statecat.readers.scan import scanner_for
+from statecat.readers.scans.scan import scanner_for
 from statecat.statemeta.errors import FormatError, StatecatError
-from statecat.statemeta.metadata import InlineStream, NativeRocksDBHandle, read_metadata
+from statecat.statemeta.files.metadata import InlineStream, NativeRocksDBHandle, read_metadata
+from statecat.statemeta.files.storage import open_storage
 from statecat.statemeta.model import NATIVE_ROCKSDB_LAYOUT, load_state_meta
-from statecat.statemeta.storage import open_storage
 from tests.fixtures.expected import iter_states, load_expected, savepoint_dir
 
 NATIVE_CASE = "sql_groupby_native_rocksdb_2.3"
@@ -148,7 +148,7 @@ def test_a_truncated_sst_file_is_an_error_naming_it(tmp_path):
 def _families_without_range_deletions():
     """Column families of the RocksDB-written fixtures; those with range deletions read through
     ColumnFamilyView instead (tests/test_sst_format.py)."""
-    from statecat.readers.sst.format import RANGE_DEL_BLOCK
+    from statecat.readers.backends.sst.format import RANGE_DEL_BLOCK
     from tests.test_sst_format import family, family_cases
 
     cases = []
@@ -161,9 +161,9 @@ def _families_without_range_deletions():
 
 @pytest.mark.parametrize(("version", "name"), _families_without_range_deletions())
 def test_the_compiled_merge_is_rocksdbs_iteration(version, name):
-    """readers/native_merge.py (one sort, or files in order when their ranges do not meet, then the
+    """readers/backends/native_merge.py (one sort, or files in order when their ranges do not meet, then the
     newest version of each key) against what RocksDB itself iterated over files it wrote."""
-    from statecat.readers.native_merge import Runs
+    from statecat.readers.backends.native_merge import Runs
     from tests.test_sst_format import family
 
     cf, files = family(version, name)
@@ -179,7 +179,7 @@ def test_watch_counts_a_checkpoint_complete_only_when_every_rocksdb_file_is_ther
     """A chk-N still being copied (an SST short, another missing) is incomplete; watch waits."""
     import os
 
-    from statecat.statemeta.completeness import required_sizes, shortfalls
+    from statecat.statemeta.snapshotter.completeness import required_sizes, shortfalls
     from tests.fixtures.expected import phases
 
     last = phases("datastream_successive_2.3")[-1]
@@ -199,8 +199,8 @@ def test_watch_counts_a_checkpoint_complete_only_when_every_rocksdb_file_is_ther
 
 
 def test_key_group_statistics_of_a_checkpoint_count_its_entries():
-    """The report's skew and rescale preview (readers/skew.py) on native RocksDB state."""
-    from statecat.readers.skew import key_group_stats
+    """The report's skew and rescale preview (readers/scans/skew.py) on native RocksDB state."""
+    from statecat.readers.scans.skew import key_group_stats
     from tests.fixtures.expected import phases
 
     last = phases("sql_groupby_successive_2.3")[-1]

@@ -49,7 +49,7 @@ def test_one_pass_reads_each_key_group_once(case, operator, states):
         alone_bytes += reader.last_stats.bytes_read
     meta = reader.meta
     op = meta.operator(operator)
-    from statecat.readers.scan import OperatorKeyedScan, scanner_for
+    from statecat.readers.scans.scan import OperatorKeyedScan, scanner_for
 
     scanners = [scanner_for(meta, op, op.state(name)) for name in states]
     rows = sum(batch.num_rows for _, batch in OperatorKeyedScan(scanners).batches())

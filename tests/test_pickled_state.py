@@ -14,8 +14,9 @@ import json
 import pytest
 
 from statecat.catalog.cli import main as cli_main
-from statecat.readers import SavepointReader, decoders
-from statecat.readers.decoders import DecodeError, check_pickle_header
+from statecat.readers import SavepointReader
+from statecat.readers.codecs import decoders
+from statecat.readers.codecs.decoders import DecodeError, check_pickle_header
 from statecat.statemeta.descriptors import pickled_notes, with_pyflink_pickles
 from statecat.statemeta.errors import FormatError
 from statecat.statemeta.model import load_state_meta

@@ -54,7 +54,7 @@ def _editable_venv(tmp_path: Path) -> Path:
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         (source / name).write_bytes((REPO / name).read_bytes())
-    for package in ("catalog", "statemeta", "readers"):
+    for package in ("catalog", "statemeta", "readers", "writers"):
         shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=TIMEOUT)

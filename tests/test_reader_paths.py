@@ -8,7 +8,7 @@ import pytest
 
 from statecat.readers import SavepointReader
 from statecat.readers.keygroups import key_group_for, murmur_hash
-from statecat.readers.scan import KeyedStateScanner
+from statecat.readers.scans.scan import KeyedStateScanner
 from statecat.statemeta.model import load_state_meta
 from tests.acceptance import check_state_rows, find_operator
 from tests.fixtures.expected import CASES, case_dir, iter_states, load_expected, savepoint_dir
@@ -97,7 +97,7 @@ def test_key_filtered_read_equals_filtered_full_scan(case, expected_op, state):
 
 
 def _count_window_reads(monkeypatch) -> dict:
-    from statecat.readers import scan
+    from statecat.readers.scans import scan
 
     reads = {"buffered": 0, "alone": 0}
     original = scan.WindowBuffer.read
@@ -115,7 +115,7 @@ def _count_window_reads(monkeypatch) -> dict:
 def test_windows_of_a_few_key_groups_give_the_same_rows(case, operator, state, monkeypatch):
     """Tiny windows: key-groups larger than the reused window buffer are read on their own and
     joined with the buffer's ones; the rows stay those of the per-record decoders."""
-    from statecat.readers import scan
+    from statecat.readers.scans import scan
 
     meta = load_state_meta(savepoint_dir(case))
     op = meta.operator(operator)
@@ -134,7 +134,7 @@ def test_windows_of_a_few_key_groups_give_the_same_rows(case, operator, state, m
 def test_a_window_mixes_buffered_and_separately_read_key_groups(monkeypatch):
     """The example's key-groups are 368 to 1,600 bytes: with a 1,000-byte buffer some fit, some
     are read on their own, and windows hold both; the rows are still the expected ones."""
-    from statecat.readers import scan
+    from statecat.readers.scans import scan
 
     monkeypatch.setattr(scan, "FAST_GROUP_BYTES", 500)
     reads = _count_window_reads(monkeypatch)

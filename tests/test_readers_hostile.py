@@ -21,9 +21,9 @@ import pyarrow as pa
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.scan import KeyedStateScanner, scanner_for
+from statecat.readers.scans.scan import KeyedStateScanner, scanner_for
 from statecat.statemeta.errors import FormatError, StatecatError
-from statecat.statemeta.headers import open_stream
+from statecat.statemeta.files.headers import open_stream
 from statecat.statemeta.model import load_state_meta
 from tests.fixtures.expected import savepoint_dir
 

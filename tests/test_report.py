@@ -1,4 +1,4 @@
-"""Sizes, skew and rescale previews (readers/skew.py), their pictures, the notebook display (HTML
+"""Sizes, skew and rescale previews (readers/scans/skew.py), their pictures, the notebook display (HTML
 reprs) and `statecat report PATH --html OUT`, checked against the fixtures' expected content; the
 pictures' texts name operators, states and keys whole, inside the figure."""
 

@@ -14,11 +14,11 @@ import sys
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.native_rocksdb import _open_sst
-from statecat.readers.sst.format import RANGE_DEL_BLOCK
-from statecat.statemeta.metadata import InlineStream, NativeRocksDBHandle, read_metadata
+from statecat.readers.backends.native_rocksdb import _open_sst
+from statecat.readers.backends.sst.format import RANGE_DEL_BLOCK
+from statecat.statemeta.files.metadata import InlineStream, NativeRocksDBHandle, read_metadata
+from statecat.statemeta.files.storage import open_storage
 from statecat.statemeta.model import NATIVE_ROCKSDB_LAYOUT, load_state_meta
-from statecat.statemeta.storage import open_storage
 from tests.acceptance import _comparable, _json_of_pickle, check_state_rows, find_operator
 from tests.fixtures.expected import CASES, case_dir, iter_states, load_expected, savepoint_dir
 

@@ -15,7 +15,7 @@ import pytest
 
 from statecat.catalog.cli import main as cli_main
 from statecat.catalog.cli.savepoint import local_path
-from statecat.statemeta.stateinfo import STATE_INFO_FILE
+from statecat.statemeta.snapshotter.stateinfo import STATE_INFO_FILE
 from tests.fixtures.expected import savepoint_dir
 
 JOB = "a" * 32

@@ -29,7 +29,7 @@ import pytest
 from statecat.catalog.cli import main as cli_main
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
-from statecat.statemeta.stateinfo import STATE_INFO_FILE
+from statecat.statemeta.snapshotter.stateinfo import STATE_INFO_FILE
 
 pytestmark = pytest.mark.live_flink
 
@@ -496,7 +496,7 @@ def test_flinks_checkpoint_history_times_and_orders_copied_savepoints(cluster, j
     from statecat.catalog.cli.savepoint import fetch_checkpoint_history
     from statecat.catalog.lake.materialize import Materializer
     from statecat.catalog.lake.tables import read_delta
-    from statecat.statemeta.taken_at import SOURCE_FLINK_HISTORY
+    from statecat.statemeta.snapshotter.taken_at import SOURCE_FLINK_HISTORY
 
     job_id, _ = job
     taken = [Path(_trigger(cluster, job_id, cluster.work / "savepoints-history")) for _ in range(3)]

@@ -17,8 +17,8 @@ from pathlib import Path
 from statecat.catalog.cli import main as cli_main
 from statecat.catalog.lake.materialize import identify
 from statecat.catalog.spark.registry import read_record
-from statecat.statemeta.stateinfo import STATE_INFO_FILE, snapshot
-from statecat.statemeta.taken_at import (
+from statecat.statemeta.snapshotter.stateinfo import STATE_INFO_FILE, snapshot
+from statecat.statemeta.snapshotter.taken_at import (
     SOURCE_CHECKPOINT,
     SOURCE_FILE,
     SOURCE_REST,
@@ -125,7 +125,7 @@ def test_a_state_info_of_other_metadata_says_nothing_about_the_time(tmp_path):
 def test_a_state_info_without_a_time_record_still_reads(tmp_path):
     """stateInfo stays format version 1: documents written before ``taken`` existed keep working."""
     from statecat.statemeta.model import load_state_meta
-    from statecat.statemeta.stateinfo import read_state_info
+    from statecat.statemeta.snapshotter.stateinfo import read_state_info
 
     sp = _copy(CASE, tmp_path / "sp")
     _set_mtime(sp / "_metadata", dt.datetime.fromtimestamp(int(time.time()) - 5, UTC))  # as Flink just wrote it

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from statecat.statemeta.model import load_state_meta
-from statecat.statemeta.stateinfo import STATE_INFO_FILE, VOLATILE_FIELDS, read_state_info
+from statecat.statemeta.snapshotter.stateinfo import STATE_INFO_FILE, VOLATILE_FIELDS, read_state_info
 from tests.fixtures.expected import savepoint_dir
 
 PROCESSES = 8

@@ -19,8 +19,13 @@ import pyarrow as pa
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.arrow_types import state_schema
-from statecat.readers.source_splits import decode_enumerator, decode_split, enumerator_decoder, split_element_decoder
+from statecat.readers.codecs.arrow_types import state_schema
+from statecat.readers.codecs.source_splits import (
+    decode_enumerator,
+    decode_split,
+    enumerator_decoder,
+    split_element_decoder,
+)
 from statecat.statemeta.source_splits import SOURCE_READER_STATE
 from tests.acceptance import find_operator
 from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir

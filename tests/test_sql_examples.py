@@ -131,7 +131,7 @@ def _key_history_rows(cases: list[str], key: str) -> list[tuple]:
     """The key's aggregate in each savepoint (expected.json), ordered by when each was taken and then by
     database (times and checkpoint ids are metadata: statecat.statemeta)."""
     from statecat.statemeta.model import load_state_meta
-    from statecat.statemeta.taken_at import savepoint_time
+    from statecat.statemeta.snapshotter.taken_at import savepoint_time
 
     rows = []
     for case in cases:

@@ -1,4 +1,4 @@
-"""statecat's own RocksDB SST reader (readers/sst) against RocksDB itself.
+"""statecat's own RocksDB SST reader (readers/backends/sst) against RocksDB itself.
 
 Ground truth: tests/flink_jobs/java/SstSamples.java writes column families through a real RocksDB
 (the FRocksDB inside Flink's flink-dist: 8.10 for Flink 2.3, 6.20 for Flink 1.20) — every
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from statecat.readers.sst import SUPPORTED_FORMAT_VERSIONS, ColumnFamilyView, SstFile
-from statecat.readers.sst.format import BLOCK_BASED_TABLE_MAGIC, FOOTER_LENGTH, block_checksum
+from statecat.readers.backends.sst import SUPPORTED_FORMAT_VERSIONS, ColumnFamilyView, SstFile
+from statecat.readers.backends.sst.format import BLOCK_BASED_TABLE_MAGIC, FOOTER_LENGTH, block_checksum
 from statecat.statemeta.errors import FormatError, UnsupportedError
 
 HERE = Path(__file__).resolve().parent
@@ -202,7 +202,7 @@ def test_reads_lazily():
 def test_overlapping_range_tombstones():
     """The newest covering deletion per key, against the definition (max seq over the tombstones
     whose [start, end) holds the key), for nested, overlapping, adjacent and empty ranges."""
-    from statecat.readers.sst import RangeTombstones
+    from statecat.readers.backends.sst import RangeTombstones
 
     tombstones = [
         (b"b", b"m", 5),
@@ -277,7 +277,7 @@ def test_real_flink_2_3_native_savepoint():
 
 
 def test_reads_through_statecat_state_files():
-    from statecat.statemeta.storage import StateFile
+    from statecat.statemeta.files.storage import StateFile
 
     cf, _ = family("1.20", "partitioned")
     files = []

@@ -11,10 +11,11 @@ import pytest
 
 from statecat.catalog.cli import main as cli_main
 from statecat.readers import SavepointReader
-from statecat.statemeta import stateinfo
 from statecat.statemeta.errors import FormatError, StatecatError
+from statecat.statemeta.files.storage import open_storage
 from statecat.statemeta.model import load_state_meta
-from statecat.statemeta.stateinfo import (
+from statecat.statemeta.snapshotter import stateinfo
+from statecat.statemeta.snapshotter.stateinfo import (
     STATE_INFO_FILE,
     load_fresh_state_info,
     read_state_info,
@@ -22,7 +23,6 @@ from statecat.statemeta.stateinfo import (
     to_state_info,
     write_state_info,
 )
-from statecat.statemeta.storage import open_storage
 from statecat.statemeta.types import TypeDescriptor
 from tests.acceptance import find_operator
 from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir

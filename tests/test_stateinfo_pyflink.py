@@ -19,7 +19,7 @@ import pytest
 from statecat.catalog.cli import main as cli_main
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
-from statecat.readers.pyflink_coders import build_pyflink_decoder, coder_decoder
+from statecat.readers.codecs.pyflink import build_pyflink_decoder, coder_decoder
 from statecat.statemeta.descriptors import (
     load_descriptors,
     parse_descriptors,
@@ -27,7 +27,7 @@ from statecat.statemeta.descriptors import (
 )
 from statecat.statemeta.errors import FormatError, StatecatError
 from statecat.statemeta.model import load_state_meta
-from statecat.statemeta.stateinfo import STATE_INFO_FILE, read_state_info
+from statecat.statemeta.snapshotter.stateinfo import STATE_INFO_FILE, read_state_info
 from statecat.statemeta.types import TypeDescriptor
 
 PROCESS_MODE_METADATA = (

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from statecat.statemeta import headers
 from statecat.statemeta.errors import FormatError, StatecatError
-from statecat.statemeta.metadata import KeyGroupsHandle, read_metadata
+from statecat.statemeta.files import headers
+from statecat.statemeta.files.metadata import KeyGroupsHandle, read_metadata
+from statecat.statemeta.files.storage import open_storage
 from statecat.statemeta.model import load_state_meta
-from statecat.statemeta.stateinfo import STATE_INFO_FILE, read_state_info, snapshot
-from statecat.statemeta.storage import open_storage
+from statecat.statemeta.snapshotter.stateinfo import STATE_INFO_FILE, read_state_info, snapshot
 from tests.fixtures.expected import savepoint_dir
 
 FILE_CASE = "sql_groupby_hashmap_2.3"  # keyed state in relative files, SourceReaderState inline
@@ -332,7 +332,7 @@ def test_recovery_survives_forgetting_any_known_snapshot_class_on_every_fixture(
     Each state whose serializer used the forgotten class reads as raw bytes naming it; every other
     state keeps its decode status. 48 (fixture, class) combinations make a state raw today.
     """
-    from statecat.statemeta import snapshots
+    from statecat.statemeta.files import snapshots
     from tests.fixtures.expected import CASES
 
     known = dict(snapshots.COMPLEX_SNAPSHOTS)
@@ -367,7 +367,7 @@ def test_recovery_survives_forgetting_any_known_snapshot_class_on_every_fixture(
 def test_composite_snapshot_with_too_few_nested_serializers_is_a_format_error(snapshot_class, needed):
     # Fuzz finding (atheris, target snapshot): nested[1] of a map snapshot with no nested serializers.
     from statecat.statemeta.binary import DataInput
-    from statecat.statemeta.snapshots import COMPOSITE_MAGIC, NESTED_DELEGATE_MAGIC, SnapshotReader
+    from statecat.statemeta.files.snapshots import COMPOSITE_MAGIC, NESTED_DELEGATE_MAGIC, SnapshotReader
 
     name = snapshot_class.encode()
     count_at = 4 + 2 + len(name) + 4 + 4 + 4 + 4 + 4

@@ -17,9 +17,9 @@ import shutil
 import pytest
 
 from statecat.readers import SavepointReader, diff_savepoints
-from statecat.readers.diff import ADDED, CHANGED, COMPARED, REMOVED
-from statecat.statemeta.metadata import FileStream, NativeRocksDBHandle, read_metadata
-from statecat.statemeta.storage import open_storage
+from statecat.readers.scans.diff import ADDED, CHANGED, COMPARED, REMOVED
+from statecat.statemeta.files.metadata import FileStream, NativeRocksDBHandle, read_metadata
+from statecat.statemeta.files.storage import open_storage
 from tests.acceptance import canonical, check_state_rows
 from tests.fixtures.expected import CASES, is_successive, iter_states, phases
 from tests.test_diff import KEYED_KINDS, expected_changes_between, got_changes
@@ -147,7 +147,7 @@ def test_one_keys_view_of_a_checkpoint_is_the_savepoint_of_the_same_moment(case)
 
 @pytest.mark.parametrize("case", SUCCESSIVE)
 def test_serialized_keys_decode_back_to_the_key(case):
-    from statecat.readers.decoders import build_key_decoder
+    from statecat.readers.codecs.decoders import build_key_decoder
     from statecat.readers.keygroups import serialized_key
 
     meta = SavepointReader(str(phases(case)[-1]["checkpoint"])).meta

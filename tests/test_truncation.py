@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.sst.format import BLOCK_BASED_TABLE_MAGIC, MAGIC_LENGTH
+from statecat.readers.backends.sst.format import BLOCK_BASED_TABLE_MAGIC, MAGIC_LENGTH
 from statecat.statemeta.errors import StatecatError
 from statecat.statemeta.model import load_state_meta
 from tests.fixtures.expected import CASES_DIR, savepoint_dir

@@ -1,4 +1,4 @@
-"""State TTL's last-access timestamps (readers/ttl.py) as the ``ttl_timestamp`` column: read through
+"""State TTL's last-access timestamps (readers/codecs/ttl.py) as the ``ttl_timestamp`` column: read through
 every layout, the Python API, the key view, diffs, ``statecat write`` and Spark's ``flinkstate`` source.
 
 Ground truth for a ValueState: the successive DataStream job (tests/flink_jobs/datastream_successive.py)
@@ -25,12 +25,12 @@ import pytest
 
 from statecat.catalog.spark.edits import ChangesEditor
 from statecat.readers import SavepointReader, diff_savepoints
-from statecat.readers.decoders import LIST_ELEMENT_DELIMITER, build_decoder
-from statecat.readers.encoders import TtlValue, encode
-from statecat.readers.savepoint_writer import write_savepoint as write_canonical
-from statecat.readers.ttl import heap_value_decoder, split
+from statecat.readers.codecs.decoders import LIST_ELEMENT_DELIMITER, build_decoder
+from statecat.readers.codecs.encoders import TtlValue, encode
+from statecat.readers.codecs.ttl import heap_value_decoder, split
 from statecat.statemeta.model import StateMeta, load_state_meta
 from statecat.statemeta.types import TypeDescriptor
+from statecat.writers.savepoint_writer import write_savepoint as write_canonical
 from tests.fixtures.edits import RowChanges, write_savepoint
 from tests.fixtures.expected import CASES, case_dir, is_successive, phases
 from tests.test_write_sql import _stored_value

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.statemeta import snapshots
+from statecat.statemeta.files import snapshots
 from statecat.statemeta.model import load_state_meta
 from tests.acceptance import check_state_rows
 from tests.fixtures.expected import case_dir, iter_states, load_expected, savepoint_dir

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from statecat.statemeta.model import load_state_meta
-from statecat.statemeta.stateinfo import STATE_INFO_FILE, read_state_info
-from statecat.statemeta.watcher import Watcher
+from statecat.statemeta.snapshotter.stateinfo import STATE_INFO_FILE, read_state_info
+from statecat.statemeta.snapshotter.watcher import Watcher
 from tests.fixtures.expected import savepoint_dir
 
 GOOD = ("sql_groupby_hashmap_2.3", "sql_join_2.3", "sql_window_2.3", "sql_groupby_rocksdb_1.20")
@@ -240,7 +240,7 @@ def test_a_copied_state_info_does_not_make_an_incomplete_savepoint_ready(tmp_pat
     """_metadata and a matching stateInfo arrive first: the savepoint is handed on (e.g. to
     --attach) only once its state files are there, and once."""
     source = _place(COPIED[0], tmp_path / "source" / "savepoint-copy")
-    from statecat.statemeta.stateinfo import snapshot
+    from statecat.statemeta.snapshotter.stateinfo import snapshot
 
     snapshot(str(source))
     savepoint = tmp_path / "root" / "savepoint-copy"
@@ -263,9 +263,9 @@ def test_a_copied_state_info_does_not_make_an_incomplete_savepoint_ready(tmp_pat
 
 def test_a_state_file_one_byte_short_is_incomplete(tmp_path):
     """The check is exact: every byte the handles record must be there."""
-    from statecat.statemeta.completeness import required_sizes, shortfalls
-    from statecat.statemeta.metadata import read_metadata
-    from statecat.statemeta.storage import open_storage
+    from statecat.statemeta.files.metadata import read_metadata
+    from statecat.statemeta.files.storage import open_storage
+    from statecat.statemeta.snapshotter.completeness import required_sizes, shortfalls
 
     savepoint = _place(COPIED[0], tmp_path / "savepoint-x")
     storage = open_storage(str(savepoint))
@@ -332,7 +332,7 @@ def test_poll_cost_is_bounded(tmp_path, monkeypatch):
         _place(GOOD[0], root / f"savepoint-{i}")
     watcher = Watcher([str(root)])
     _until(watcher, lambda ev: sum(e.kind == "snapshot" for e in ev) == 3)
-    from statecat.statemeta import watcher as watcher_module
+    from statecat.statemeta.snapshotter import watcher as watcher_module
 
     opened = []
     for name in ("snapshot", "_read_json", "is_fresh", "open_storage"):

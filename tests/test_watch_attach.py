@@ -8,7 +8,7 @@ import pytest
 
 from statecat.catalog.cli.watch import catalog_registrar
 from statecat.catalog.spark.registry import registered
-from statecat.statemeta.watcher import Watcher
+from statecat.statemeta.snapshotter.watcher import Watcher
 from tests.fixtures.expected import savepoint_dir
 
 pytestmark = pytest.mark.spark

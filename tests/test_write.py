@@ -1,4 +1,4 @@
-"""Writing savepoints (readers/savepoint_writer.py, statemeta/metadata_writer.py) without Flink:
+"""Writing savepoints (writers/savepoint_writer.py, writers/metadata_writer.py) without Flink:
 the _metadata writer against real Flink bytes, an unedited rewrite of every fixture against the
 job's input, operator operations, and the safety rules (SRC untouched, DST atomic). Restores in
 real Flink are in tests/test_write_restore.py."""
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from statecat.readers.savepoint_writer import write_savepoint
 from statecat.statemeta.errors import StatecatError, UnsupportedError
-from statecat.statemeta.metadata import FileStream, InlineStream, KeyGroupsHandle, read_metadata
-from statecat.statemeta.metadata_writer import (
+from statecat.statemeta.files.metadata import FileStream, InlineStream, KeyGroupsHandle, read_metadata
+from statecat.statemeta.model import load_state_meta, operator_id_for_uid
+from statecat.writers.metadata_writer import (
     InlineData,
     KeyGroupsOut,
     OperatorOut,
@@ -24,7 +24,7 @@ from statecat.statemeta.metadata_writer import (
     savepoint_properties,
     write_metadata,
 )
-from statecat.statemeta.model import load_state_meta, operator_id_for_uid
+from statecat.writers.savepoint_writer import write_savepoint
 from tests.acceptance import check_state_rows
 from tests.fixtures.expected import CASES, iter_states, load_expected, savepoint_dir
 from tests.round_trip import handle_streams, metadata_properties
@@ -298,7 +298,7 @@ def test_an_interrupted_write_leaves_no_destination(tmp_path):
     ],
 )
 def test_max_parallelism_moves_every_key_to_flinks_key_group(tmp_path, case, new_max):
-    from statecat.readers.savepoint_writer import key_group_range
+    from statecat.writers.savepoint_writer import key_group_range
     from tests.acceptance import check_key_groups
 
     dst = tmp_path / "out"

@@ -1,4 +1,4 @@
-"""What `statecat write SRC --out DST` does to files (readers/savepoint_writer.py, readers/temp_dirs.py):
+"""What `statecat write SRC --out DST` does to files (writers/savepoint_writer.py, writers/temp_dirs.py):
 nothing a user owns is lost. --overwrite replaces only a savepoint; SIGINT and SIGTERM remove the
 hidden directory DST is built in, SIGKILL's leftovers go at the next write (never a live process's);
 DST gets Flink's permissions under the umask; a full disk, a read-only parent or a file where a
@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from statecat.catalog.cli import main
-from statecat.readers import savepoint_writer
-from statecat.readers.savepoint_writer import write_savepoint
-from statecat.readers.temp_dirs import MARKER, PARTIAL_MARKER, make_temp_dir, remove_stale_temp_dirs
 from statecat.statemeta.errors import Interrupted
-from statecat.statemeta.metadata import read_metadata
+from statecat.statemeta.files.metadata import read_metadata
+from statecat.writers import publish, savepoint_writer
+from statecat.writers.savepoint_writer import write_savepoint
+from statecat.writers.temp_dirs import MARKER, PARTIAL_MARKER, make_temp_dir, remove_stale_temp_dirs
 from tests.fixtures.expected import savepoint_dir
 
 HEAP = "sql_groupby_hashmap_2.3"
@@ -160,7 +160,7 @@ def test_overwrite_replaces_a_flink_savepoint(tmp_path, capsys, monkeypatch, exc
     (dst / ".stateInfo.k2j4x9_a.tmp").write_text("{")  # what a killed `statecat snapshot` leaves
     flinks = set(os.listdir(dst)) - {"_metadata"}
     if not exchange:  # as where renameat2 is missing (not Linux) or the filesystem refuses it
-        monkeypatch.setattr(savepoint_writer, "_renameat2", lambda: None)
+        monkeypatch.setattr(publish, "_renameat2", lambda: None)
     code, err = _write(capsys, savepoint_dir(HEAP), "--out", dst, "--overwrite")
     assert (code, err) == (0, [])
     assert os.listdir(tmp_path) == ["out"] and _is_whole(dst)
@@ -172,7 +172,7 @@ def test_files_added_to_a_replaced_savepoint_meanwhile_are_kept(tmp_path, caplog
     file, so what appeared in it since is kept beside DST, not deleted."""
     old = _savepoint_copy(tmp_path / "old")
     (old / "notes.txt").write_text("mine\n")
-    savepoint_writer._remove_savepoint(str(old), str(tmp_path / "out"))
+    publish._remove_savepoint(str(old), str(tmp_path / "out"))
     (kept,) = _temp_dirs(tmp_path)
     assert kept.startswith(".out.statecat-kept-") and os.listdir(tmp_path) == [kept]
     assert os.listdir(tmp_path / kept) == ["notes.txt"]  # the savepoint's own files are gone
@@ -318,11 +318,11 @@ def test_a_signal_while_overwriting_keeps_the_old_savepoint(tmp_path, signum):
 def test_a_signal_while_dst_is_renamed_into_place_waits_for_the_cleanup(tmp_path, monkeypatch):
     """DST is whole once renamed: a signal then is held, and delivered to the previous handler."""
     received: list[int] = []
-    publish = savepoint_writer._publish
+    original_publish = savepoint_writer._publish
 
     def signalled_publish(*args):
         os.kill(os.getpid(), signal.SIGTERM)
-        publish(*args)
+        original_publish(*args)
 
     monkeypatch.setattr(savepoint_writer, "_publish", signalled_publish)
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))

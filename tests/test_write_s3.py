@@ -1,4 +1,4 @@
-"""`statecat write SRC --out s3://…` (readers/object_store.py) against moto's S3 server on loopback:
+"""`statecat write SRC --out s3://…` (writers/object_store.py) against moto's S3 server on loopback:
 the savepoint is uploaded with _metadata last, so a prefix holding _metadata is a whole savepoint at
 every moment; a prefix that holds anything, and --overwrite, are refused; SIGINT and SIGTERM remove
 what was uploaded, and what a SIGKILL left goes at the next write into the same parent prefix."""
@@ -16,8 +16,8 @@ import pyarrow.fs as pafs
 import pytest
 
 from statecat.readers import SavepointReader
-from statecat.readers.object_store import UPLOAD_MARKER
 from statecat.statemeta.model import load_state_meta
+from statecat.writers.object_store import UPLOAD_MARKER
 from tests.fixtures.expected import savepoint_dir
 from tests.fixtures.s3 import BUCKET, moto_s3
 from tests.test_materialize import canonical, statecat_cli

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from statecat.statemeta.metadata import InlineStream, read_metadata
+from statecat.statemeta.files.metadata import InlineStream, read_metadata
 from tests.fixtures.edits import write_savepoint
 from tests.fixtures.expected import savepoint_dir
 

@@ -419,11 +419,11 @@ def test_sql_rows_with_maps_and_a_composite_key(tmp_path):
 
 def _stored_value(directory, state_name: str, key: str) -> bytes:
     """The stored value bytes of one key's entry (canonical savepoints), read by framing alone."""
-    from statecat.readers.entry_codec import EntryCodec
-    from statecat.readers.framing import parse_runs
+    from statecat.readers.backends.framing import parse_runs
     from statecat.readers.keygroups import key_group_for
-    from statecat.statemeta.headers import read_stream_bytes
+    from statecat.statemeta.files.headers import read_stream_bytes
     from statecat.statemeta.model import load_state_meta
+    from statecat.writers.entry_codec import EntryCodec
 
     meta = load_state_meta(str(directory))
     op, state = meta.find_state(state_name, "keyed-fn")
@@ -471,7 +471,7 @@ def test_ttl_state_keeps_its_last_access_time_and_a_new_value_gets_now(tmp_path)
 
 def _writable_tables(meta) -> list[str]:
     from statecat.catalog.spark.edit_plan import KEYED_KINDS, edit_tables, element_encoder
-    from statecat.readers.entry_codec import EntryCodec
+    from statecat.writers.entry_codec import EntryCodec
 
     names = []
     for table in edit_tables(meta).values():

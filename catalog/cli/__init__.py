@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         args.passthrough = passthrough
     try:
         if args.allow_root:
-            from statecat.statemeta.storage import allow_roots_for_process  # pyarrow: only when needed
+            from statecat.statemeta.files.storage import allow_roots_for_process  # pyarrow: only when needed
 
             # Through the environment the roots also reach Spark's Python workers started later.
             allow_roots_for_process(args.allow_root)

@@ -4,7 +4,7 @@ Streams: keyed states are compared key-group by key-group (same max parallelism,
 States that cannot be compared (another max parallelism, a changed type) are reported with the
 reason, as are states in one savepoint only. States with TTL add the old and new last-access
 timestamps to their changes (CSV: two more columns when a compared state has TTL) and count the
-keys whose value is equal but whose timestamp moved as unchanged ("restamped", readers/diff.py)."""
+keys whose value is equal but whose timestamp moved as unchanged ("restamped", readers/scans/diff.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from statecat.catalog.cli.options import add_descriptors_argument, descriptors_o
 from statecat.catalog.cli.output import cell, write_table
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader, diff_savepoints
-from statecat.readers.diff import COMPARED, NOT_COMPARED, ONLY_IN_A, ONLY_IN_B
-from statecat.readers.ttl import ttl_layout
+from statecat.readers.codecs.ttl import ttl_layout
+from statecat.readers.scans.diff import COMPARED, NOT_COMPARED, ONLY_IN_A, ONLY_IN_B
 
 CHANGE_COLUMNS = ["operator", "state", "change", "key", "namespace", "old", "new", "reason"]
 SUMMARY_COLUMNS = ["operator", "state", "status", "added", "removed", "changed", "unchanged", "reason"]

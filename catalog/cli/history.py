@@ -18,7 +18,7 @@ from statecat.readers import key_history
 from statecat.statemeta.errors import SavepointNotFoundError
 
 if TYPE_CHECKING:
-    from statecat.readers.keyview import KeyHistoryEntry, KeyView
+    from statecat.readers.scans.keyview import KeyHistoryEntry, KeyView
 
 COLUMNS = ["taken_at", "checkpoint_id", "snapshot", "operator", "state", "namespace", "value"]
 ABSENT = "(key not present)"
@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         )
         out.write("\n")
         return 0
-    # A ttl_timestamp column only where a state with TTL holds K (readers/ttl.py), as `statecat key`.
+    # A ttl_timestamp column only where a state with TTL holds K (readers/codecs/ttl.py), as `statecat key`.
     ttl = any(r.ttl_timestamp is not None for e in entries if e.view is not None for r in e.view.rows)
     columns = COLUMNS + ["ttl_timestamp"] if ttl else COLUMNS
     rows = []

@@ -8,8 +8,8 @@ import sys
 from typing import Any
 
 from statecat.catalog.cli.options import add_descriptors_argument, descriptors_of
-from statecat.readers.state_bytes import subtask_stream_bytes
-from statecat.statemeta.metadata import (
+from statecat.readers.scans.state_bytes import subtask_stream_bytes
+from statecat.statemeta.files.metadata import (
     KeyGroupsHandle,
     NativeRocksDBHandle,
     OperatorState,

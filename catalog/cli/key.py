@@ -19,7 +19,7 @@ from typing import Any, TextIO
 from statecat.catalog.cli.options import add_key_arguments, descriptors_of
 from statecat.catalog.cli.output import cell, row_json, write_table
 from statecat.readers import SavepointReader
-from statecat.readers.keyview import shown_key
+from statecat.readers.scans.keyview import shown_key
 
 COLUMNS = ["operator", "state", "namespace", "value"]
 
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 
 def warn_kryo(reader: SavepointReader, shown: set[tuple[str, str]]) -> None:
     """Says once on stderr why Kryo values in the view print as bytes (no --classpath)."""
-    from statecat.statemeta.kryo import kryo_notes
+    from statecat.statemeta.java.kryo import kryo_notes
 
     said: set[str] = set()
     for op in reader.meta.operators:

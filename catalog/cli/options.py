@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from statecat.statemeta.descriptors import DescriptorSet
-    from statecat.statemeta.taken_at import FlinkCheckpointHistory
+    from statecat.statemeta.snapshotter.taken_at import FlinkCheckpointHistory
 
 HOME_ENV = "STATECAT_HOME"
 
@@ -88,7 +88,7 @@ def add_key_arguments(parser: argparse.ArgumentParser) -> None:
 
 def key_argument(text: str) -> object:
     """A key as typed (``K``, ``--key K``): a JSON list or object is a composite key's fields, else text."""
-    from statecat.readers.keyview import parse_key_text  # pyarrow: imported by the key commands only
+    from statecat.readers.scans.keyview import parse_key_text  # pyarrow: imported by the key commands only
 
     return parse_key_text(text)
 
@@ -113,7 +113,7 @@ def checked_classpath(entries: Iterable[str]) -> list[str]:
     """Classpath entries as absolute paths; a missing or unreadable one fails now, naming it."""
     absolute = [os.path.abspath(entry) for entry in entries]
     if absolute:
-        from statecat.statemeta.classpath import ClassPath
+        from statecat.statemeta.java.classpath import ClassPath
 
         ClassPath(absolute).close()
     return absolute

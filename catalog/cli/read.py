@@ -19,7 +19,7 @@ from statecat.catalog.cli.options import (
 from statecat.catalog.cli.output import cell, write_table
 from statecat.catalog.render import json_value
 from statecat.readers import SavepointReader
-from statecat.readers.keyview import KeyNotCoercible, coerce_key, key_form, key_view, shown_key
+from statecat.readers.scans.keyview import KeyNotCoercible, coerce_key, key_form, key_view, shown_key
 from statecat.statemeta.errors import LookupFailedError
 from statecat.statemeta.types import key_column_type
 

@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from statecat.catalog.spark.relocation import relocate
-    from statecat.statemeta.metadata import read_metadata
+    from statecat.statemeta.files.metadata import read_metadata
 
     read_metadata(args.new)  # NEW must be a savepoint: said before Spark starts
     record = relocate(cli_session(args.home), args.old, args.new)

@@ -20,8 +20,8 @@ import urllib.request
 from typing import NamedTuple
 
 from statecat.statemeta.errors import StatecatError
-from statecat.statemeta.stateinfo import snapshot
-from statecat.statemeta.taken_at import FlinkCheckpointHistory, rest_record
+from statecat.statemeta.snapshotter.stateinfo import snapshot
+from statecat.statemeta.snapshotter.taken_at import FlinkCheckpointHistory, rest_record
 
 DEFAULT_TIMEOUT = 600.0
 REQUEST_TIMEOUT = 30.0

@@ -1,7 +1,7 @@
 """``statecat snapshot PATH [--output DIR] [--descriptors FILE]``: write a savepoint's stateInfo.
 
 Reads ``_metadata`` and the state streams' headers only (never state data), so its time does not
-grow with the state's size. Atomic and idempotent: see ``statecat.statemeta.stateinfo``.
+grow with the state's size. Atomic and idempotent: see ``statecat.statemeta.snapshotter.stateinfo``.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from statecat.statemeta.stateinfo import snapshot
+from statecat.statemeta.snapshotter.stateinfo import snapshot
 
 HELP = "write the stateInfo (savepoint metadata as JSON) of a savepoint"
 DESCRIPTION = (

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from statecat.catalog.cli.options import add_home_argument, cli_session
-from statecat.statemeta.watcher import DEFAULT_INTERVAL, DEFAULT_MAX_DEPTH, Watcher
+from statecat.statemeta.snapshotter.watcher import DEFAULT_INTERVAL, DEFAULT_MAX_DEPTH, Watcher
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

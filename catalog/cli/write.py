@@ -92,7 +92,7 @@ def _uids(pairs: list[str]) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from statecat.statemeta.metadata import read_metadata
+    from statecat.statemeta.files.metadata import read_metadata
 
     set_uids = _uids(args.set_uid)
     descriptors = descriptors_of(args)

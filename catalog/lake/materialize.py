@@ -50,14 +50,14 @@ from statecat.catalog.lake.tables import (
     delta_schema,
     to_delta,
 )
-from statecat.readers.arrow_types import state_schema
-from statecat.readers.scan import scanner_for
+from statecat.readers.codecs.arrow_types import state_schema
+from statecat.readers.scans.scan import scanner_for
 from statecat.statemeta.errors import StatecatError
+from statecat.statemeta.files.storage import Storage, open_storage
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta, operator_id_for_uid
 from statecat.statemeta.naming import stable_state_names
-from statecat.statemeta.stateinfo import metadata_fingerprint
-from statecat.statemeta.storage import Storage, open_storage
-from statecat.statemeta.taken_at import (
+from statecat.statemeta.snapshotter.stateinfo import metadata_fingerprint
+from statecat.statemeta.snapshotter.taken_at import (
     FlinkCheckpointHistory,
     Placing,
     in_checkpoint_order,
@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from deltalake import CommitProperties
     from pyspark.sql import SparkSession
 
-    from statecat.readers.scan import KeyedStateScanner, OperatorStateScanner
+    from statecat.readers.scans.scan import KeyedStateScanner, OperatorStateScanner
     from statecat.statemeta.descriptors import DescriptorSource
     from statecat.statemeta.model import KeyedLocation, OperatorLocation
 
@@ -163,7 +163,7 @@ class Candidate:
 
 def find_snapshots(paths: list[str]) -> Iterator[str]:
     """URIs of the savepoints at or under each path (a savepoint, or a root to search)."""
-    from statecat.statemeta.watcher import Watcher
+    from statecat.statemeta.snapshotter.watcher import Watcher
 
     for path in paths:
         try:
@@ -582,7 +582,7 @@ def location_batches(
     groups = range(loc.start_key_group, loc.start_key_group + loc.num_key_groups)
     wanted = groups if key_groups is None else [g for g in groups if g in key_groups]
     if loc.native is not None:
-        from statecat.readers.native_rocksdb import column_family_bytes
+        from statecat.readers.backends.native_rocksdb import column_family_bytes
 
         counts = []
         for group in wanted:

@@ -311,7 +311,7 @@ def _stats_counter(tasks: list[_StatsTask]) -> Callable[[Iterator[pa.RecordBatch
 def _task_counts(task: _StatsTask) -> list[dict]:
     """In a Python worker: the task's entries and bytes, counted as the deltalake writer counts them."""
     from statecat.catalog.spark.source import StatecatQueryError
-    from statecat.readers.scan import scanner_for
+    from statecat.readers.scans.scan import scanner_for
 
     try:
         meta = _worker_meta(task.savepoint, task.descriptors)

@@ -1,5 +1,5 @@
 """Pictures of a savepoint's state (matplotlib): sizes per operator and state, key-group skew,
-the largest keys, and a rescale preview. The numbers come from ``statecat.readers.skew``.
+the largest keys, and a rescale preview. The numbers come from ``statecat.readers.scans.skew``.
 
     from statecat.readers import SavepointReader, skew
     from statecat.catalog import plots

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from py4j.java_gateway import JVMView
     from pyspark.sql import SparkSession
 
-    from statecat.statemeta.storage import Storage
+    from statecat.statemeta.files.storage import Storage
 
 SERVE_FILE = "serve.json"
 DEFAULT_BIND = "127.0.0.1"
@@ -271,16 +271,16 @@ class SavepointTracker:
         log.error("skipping %s until its _metadata changes: %s", path, error)
 
     def _stamp(self, path: str) -> tuple[int, int]:
-        from statecat.statemeta.storage import open_storage
+        from statecat.statemeta.files.storage import open_storage
 
         storage = open_storage(path)
         info = storage.filesystem.get_file_info(storage.metadata_path)
         return (info.size or 0, info.mtime_ns or 0)
 
     def _complete(self, path: str) -> bool:
-        from statecat.statemeta.completeness import required_sizes, shortfalls
-        from statecat.statemeta.metadata import read_metadata
-        from statecat.statemeta.storage import open_storage
+        from statecat.statemeta.files.metadata import read_metadata
+        from statecat.statemeta.files.storage import open_storage
+        from statecat.statemeta.snapshotter.completeness import required_sizes, shortfalls
 
         try:
             stamp = self._stamp(path)

@@ -14,7 +14,7 @@ registry's location (attach creates them: ``ensure_catalog_views``); a rewrite o
 (detach, relocate: ``registry.rewrite_records`` points it at new files) calls
 ``refresh_catalog_views`` to point them there too.
 Each savepoint is one Spark task: it loads the savepoint's StateMeta and walks its key-groups for
-the sizes (``statecat.readers.state_bytes``, which says exactly what is counted); ``WHERE database =
+the sizes (``statecat.readers.scans.state_bytes``, which says exactly what is counted); ``WHERE database =
 ...`` or ``IN (...)`` reads only those savepoints.
 """
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import pyarrow.fs as pafs
     from pyspark.sql import SparkSession
 
-    from statecat.readers.state_bytes import OperatorBytes
+    from statecat.readers.scans.state_bytes import OperatorBytes
     from statecat.statemeta.model import StateMeta
 
 STATES_TABLE = f"{REGISTRY_DATABASE}.states"
@@ -161,7 +161,7 @@ def registered_savepoints(location: str) -> list[tuple[str, str, int | None]]:
     directory as Flink took it, not by name (chk-1, chk-10, chk-2)."""
     import pyarrow.dataset as ds
 
-    from statecat.statemeta.taken_at import Placing, within_job_key
+    from statecat.statemeta.snapshotter.taken_at import Placing, within_job_key
 
     filesystem, path = _filesystem(location)
     try:
@@ -228,7 +228,7 @@ def states_rows(meta: StateMeta, sizes: dict[str, OperatorBytes | str]) -> list[
 def measured_sizes(meta: StateMeta) -> dict[str, OperatorBytes | str]:
     """``operator_bytes`` of every operator whose data can be walked: one damaged operator (or
     savepoint) leaves its size columns empty with the reason, not the catalog-wide query failed."""
-    from statecat.readers.state_bytes import operator_bytes
+    from statecat.readers.scans.state_bytes import operator_bytes
 
     sizes: dict[str, OperatorBytes | str] = {}
     for op in meta.operators:

@@ -36,7 +36,7 @@ from statecat.catalog.spark.registry import (
 )
 from statecat.catalog.spark.tables import create_table, savepoint_tables, spark_schema
 from statecat.statemeta.errors import LookupFailedError, StatecatError
-from statecat.statemeta.storage import METADATA_FILE
+from statecat.statemeta.files.storage import METADATA_FILE
 
 if TYPE_CHECKING:
     import pandas as pd

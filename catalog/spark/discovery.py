@@ -8,7 +8,7 @@ import os
 import posixpath
 import re
 
-from statecat.statemeta.discovery import discover_snapshots as discover_savepoints  # noqa: F401 - re-exported
+from statecat.statemeta.files.discovery import discover_snapshots as discover_savepoints  # noqa: F401 - re-exported
 
 REGISTRY_DATABASE = "statecat"  # the catalog-wide database statecat keeps its registry in
 MAX_DATABASE_NAME = 100

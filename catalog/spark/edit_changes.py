@@ -8,7 +8,7 @@ one directory per key-group (an operator state's rows in one directory of their 
 
     <changes>/statecat_key_group=17/part-….parquet     columns: the table's, statecat_side
 
-The writer (readers/savepoint_writer.py, through edits.ChangesEditor) then reads one key-group's
+The writer (writers/savepoint_writer.py, through edits.ChangesEditor) then reads one key-group's
 changes at a time, in this process or in Spark's tasks: a statement touching every key needs
 memory for one key-group, not for the table. Spark's tasks do the comparing and the key-group
 assignment (Python on the executors: the state's own encoder gives the key's bytes, which Flink hashes).
@@ -28,16 +28,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 import pyarrow.compute
 
-from statecat.readers.arrow_types import state_schema
-from statecat.readers.scan import _hashable
+from statecat.readers.codecs.arrow_types import state_schema
+from statecat.readers.codecs.decoders import hashable
 from statecat.statemeta.errors import StatecatError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from statecat.catalog.spark.edit_plan import EditTable
-    from statecat.readers.entry_codec import EntryCodec
     from statecat.statemeta.model import StateInfo
+    from statecat.writers.entry_codec import EntryCodec
 
 # Columns of the changes besides the table's own (no leading underscore: pyarrow's and Spark's file
 # listings skip such names, and the key-group is a partition directory's name).
@@ -240,7 +240,7 @@ _codecs: dict[tuple[str, str | None, tuple[str, ...], str, str], EntryCodec] = {
 def _codec(state_source: tuple[str, str | None, tuple[str, ...]], operator_id: str, state_name: str) -> EntryCodec:
     """The state's EntryCodec, built once per Python worker (workers are reused across tasks)."""
     from statecat.catalog.spark.source import _state_meta
-    from statecat.readers.entry_codec import EntryCodec
+    from statecat.writers.entry_codec import EntryCodec
 
     cache_key = (*state_source, operator_id, state_name)
     codec = _codecs.get(cache_key)
@@ -262,7 +262,7 @@ def _compare_bucket(
     """One bucket's rows gone and rows new, each with the key-group of its key."""
     sides = rows.column(SIDE).to_pylist()
     shown = rows.select(list(columns)).to_pylist()
-    hashed = [_hashable(row) for row in shown]
+    hashed = [hashable(row) for row in shown]
     before = Counter(h for h, side in zip(hashed, sides) if side == REMOVED)
     after = Counter(h for h, side in zip(hashed, sides) if side == ADDED)
     gone, came = before - after, after - before

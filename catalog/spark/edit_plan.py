@@ -20,11 +20,11 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
 
-from statecat.readers.arrow_types import state_schema
-from statecat.readers.entry_codec import EntryCodec
+from statecat.readers.codecs.arrow_types import state_schema
 from statecat.statemeta.errors import StatecatError, did_you_mean
 from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta
 from statecat.statemeta.naming import catalog_table_names
+from statecat.writers.entry_codec import EntryCodec
 
 KEYED_KINDS = ("keyed", "timer")
 OPERATOR_KINDS = ("operator_list", "union", "broadcast", "coordinator")
@@ -258,7 +258,7 @@ def _check_editable(table: EditTable, kind: str, meta: StateMeta) -> None:
 
 def element_encoder(state: StateInfo) -> Any:
     """The encoder of one operator state element (a broadcast state: of one map entry)."""
-    from statecat.readers.encoders import build_encoder
+    from statecat.readers.codecs.encoders import build_encoder
 
     if state.value.raw_reasons():
         raise EditError(

@@ -18,7 +18,7 @@ and becomes the next statement's input:
 
 The result per table is what changed: Spark compares the copy's rows before and after the
 statements and writes the rows gone and the rows new by key-group (edit_changes.py), which
-readers/savepoint_writer.py applies key-group by key-group.
+writers/savepoint_writer.py applies key-group by key-group.
 Unqualified names of SRC's other tables mean SRC's state; qualified names mean the catalog's tables.
 """
 
@@ -40,7 +40,7 @@ from sqlglot.tokens import Token, TokenType
 
 from statecat.catalog.spark.edit_changes import TableChanges, compute_changes
 from statecat.catalog.spark.edit_plan import EditError, EditTable, PlannedStatement, edit_tables
-from statecat.readers.arrow_types import state_schema
+from statecat.readers.codecs.arrow_types import state_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -653,9 +653,9 @@ def scratch_directory(destination: str) -> Iterator[str]:
     """A private directory for the Parquet views beside DST (where Spark's executors write too, and
     where the next write removes it if this process is killed), removed afterwards; in the system's
     temporary directory while DST's parent does not exist yet."""
-    from statecat.readers.object_store import is_object_store
-    from statecat.readers.savepoint_writer import destination_display
-    from statecat.readers.temp_dirs import make_temp_dir, remove_stale_temp_dirs, signals_raise
+    from statecat.writers.object_store import is_object_store
+    from statecat.writers.publish import destination_display
+    from statecat.writers.temp_dirs import make_temp_dir, remove_stale_temp_dirs, signals_raise
 
     target = destination_display(destination)
     parent = os.path.dirname(target)

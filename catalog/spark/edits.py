@@ -11,7 +11,7 @@
 Every statement is parsed with sqlglot's Spark dialect and checked against SRC's tables before
 anything runs (edit_plan.py): its kind, its target, the columns it assigns. Spark then evaluates
 the statements in order on working copies of the rows they can touch (edit_spark.py), and what
-changed (rows gone, rows new) is handed to ``readers/savepoint_writer.py``, which streams SRC into a
+changed (rows gone, rows new) is handed to ``writers/savepoint_writer.py``, which streams SRC into a
 new canonical savepoint: key-groups and operator states without a change keep their bytes, rows
 without a change keep their entries, new rows are encoded.
 """
@@ -42,25 +42,23 @@ from statecat.catalog.spark.edit_plan import (
     state_columns,
 )
 from statecat.catalog.spark.edit_spark import SourceTables, evaluate
-from statecat.readers.arrow_types import state_schema
-from statecat.readers.decoders import build_decoder
-from statecat.readers.encoders import EncodeError
-from statecat.readers.entry_codec import EntryCodec, StateRow
-from statecat.readers.framing import Entry
-from statecat.readers.savepoint_writer import (
+from statecat.readers.backends.framing import Entry
+from statecat.readers.codecs.arrow_types import state_schema
+from statecat.readers.codecs.decoders import build_decoder, hashable
+from statecat.readers.codecs.values import EncodeError
+from statecat.statemeta.errors import Interrupted, StatecatError
+from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
+from statecat.statemeta.naming import catalog_table_names
+from statecat.writers.entry_codec import EntryCodec, StateRow
+from statecat.writers.metadata_writer import InlineData, KeyGroupsOut, RelativeFile, WrittenStream
+from statecat.writers.publish import check_destination, destination_display
+from statecat.writers.savepoint_writer import (
     KeyedJob,
     KeyedRunner,
     WriteSummary,
-    check_destination,
-    destination_display,
     rebuild_keyed_stream,
 )
-from statecat.readers.savepoint_writer import write_savepoint as write_canonical
-from statecat.readers.scan import _hashable
-from statecat.statemeta.errors import Interrupted, StatecatError
-from statecat.statemeta.metadata_writer import InlineData, KeyGroupsOut, RelativeFile, WrittenStream
-from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta, load_state_meta
-from statecat.statemeta.naming import catalog_table_names
+from statecat.writers.savepoint_writer import write_savepoint as write_canonical
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -80,7 +78,7 @@ ENGINES = ("local", "spark")
 
 
 class ChangesEditor:
-    """The StateEditor of evaluated statements: readers/savepoint_writer.py calls it per key-group
+    """The StateEditor of evaluated statements: writers/savepoint_writer.py calls it per key-group
     and operator state that changed; it removes the rows that are gone and encodes the new ones.
     A keyed state's changes are read from disk one key-group at a time (edit_changes.py)."""
 
@@ -117,9 +115,9 @@ class ChangesEditor:
     ) -> None:
         """Refuses NULLs Flink could not restore; the value each (key, namespace) held before tells
         a NULL Flink wrote itself (no primitive's) from a new one."""
-        held = {(_hashable(r["key"]), _hashable(r.get("namespace"))): r.get("value") for r in removed}
+        held = {(hashable(r["key"]), hashable(r.get("namespace"))): r.get("value") for r in removed}
         for row in added:
-            identity = (_hashable(row["key"]), _hashable(row.get("namespace")))
+            identity = (hashable(row["key"]), hashable(row.get("namespace")))
             _check_null_fields(
                 state.value,
                 row.get("value"),
@@ -218,7 +216,7 @@ class ChangesEditor:
                 continue
             try:
                 pairs = {
-                    (_hashable(r.key), _hashable(r.namespace))
+                    (hashable(r.key), hashable(r.namespace))
                     for r in self.codec(operator, state).rows(key_group, entries)
                 }
             except StatecatError:
@@ -269,10 +267,10 @@ class ChangesEditor:
         shown = pa.array(values, type=value_type).to_pylist()
         columns = state_columns(state)
         mine = [r for r in removed if _subtask_of(r, state) == subtask]
-        left = Counter(_hashable(_element_row(r, columns)) for r in mine)
+        left = Counter(hashable(_element_row(r, columns)) for r in mine)
         kept: list[tuple[Any, bytes | None]] = []
         for i, value in enumerate(shown):
-            h = _hashable(_element_row({"value": value, "subtask": subtask}, columns))
+            h = hashable(_element_row({"value": value, "subtask": subtask}, columns))
             if left[h] > 0:
                 left[h] -= 1
                 continue
@@ -342,7 +340,7 @@ def _found_by_bytes(
             )
             at = [i for i in places(identity(row)) if i not in taken]
             decoded = codec.rows(key_group, [entries[i] for i in at]) if at else []
-            if len(decoded) != 1 or _hashable({c: _column_value(decoded[0], c) for c in columns}) != _hashable(values):
+            if len(decoded) != 1 or hashable({c: _column_value(decoded[0], c) for c in columns}) != hashable(values):
                 return None
             taken.update(at)
             gone.add(_identity(codec, decoded[0]))
@@ -363,11 +361,11 @@ def _found_by_decoding(
 ) -> tuple[list[StateRow], set]:
     """The key-group's rows (with their entries) left once the ``removed`` ones are taken out, and
     the rows gone: every entry decoded."""
-    left = Counter(_hashable(r) for r in removed)
+    left = Counter(hashable(r) for r in removed)
     kept: list[StateRow] = []
     gone: set = set()
     for row in codec.rows(key_group, entries):
-        shown = _hashable({c: _column_value(row, c) for c in columns})
+        shown = hashable({c: _column_value(row, c) for c in columns})
         if left[shown] > 0:
             left[shown] -= 1
             gone.add(_identity(codec, row))
@@ -402,7 +400,7 @@ def _column_value(row: StateRow, column: str) -> Any:
 
 def _identity(codec: EntryCodec, row: StateRow) -> tuple:
     """What a keyed state holds once: a value per (key, namespace); a timer per (key, namespace, time)."""
-    base = (_hashable(row.key), _hashable(row.namespace))
+    base = (hashable(row.key), hashable(row.namespace))
     return (*base, row.value) if codec.kind == "timer" else base
 
 
@@ -599,7 +597,7 @@ def write_savepoint(
     planned = plan_statements(meta, statements)
     check_destination(meta, destination, overwrite)  # before Spark starts
     from statecat import __version__
-    from statecat.statemeta.stateinfo import metadata_fingerprint
+    from statecat.statemeta.snapshotter.stateinfo import metadata_fingerprint
 
     source_path = meta.path if "://" in meta.path else os.path.abspath(meta.storage.directory)
     dropped = list(drop_operators)

@@ -164,7 +164,7 @@ def kryo_notes(spark: SparkSession, query: str) -> list[str]:
 
     from statecat.catalog.spark.tables import ref_from_schema
     from statecat.statemeta.descriptors import with_classpath
-    from statecat.statemeta.kryo import kryo_notes as state_notes
+    from statecat.statemeta.java.kryo import kryo_notes as state_notes
     from statecat.statemeta.model import load_state_meta
 
     try:

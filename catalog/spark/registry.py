@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from py4j.java_gateway import JVMView
     from pyspark.sql import SparkSession
 
-    from statecat.statemeta.metadata import CheckpointMetadata, NativeRocksDBHandle
+    from statecat.statemeta.files.metadata import CheckpointMetadata, NativeRocksDBHandle
 
 REGISTRY_TABLE = f"{REGISTRY_DATABASE}.savepoints"
 PROPERTY_SAVEPOINT = "statecat.savepoint"  # database property holding the savepoint's path
@@ -109,10 +109,10 @@ class SavepointRecord:
 
 def read_record(path: str, database: str, attached_at: dt.datetime) -> SavepointRecord:
     """What the registry keeps about a savepoint, from its ``_metadata`` (and stateInfo's time record) only."""
-    from statecat.statemeta.metadata import METADATA_VERSION_RELEASES, read_metadata
-    from statecat.statemeta.stateinfo import metadata_fingerprint
-    from statecat.statemeta.storage import open_storage
-    from statecat.statemeta.taken_at import savepoint_time
+    from statecat.statemeta.files.metadata import METADATA_VERSION_RELEASES, read_metadata
+    from statecat.statemeta.files.storage import open_storage
+    from statecat.statemeta.snapshotter.stateinfo import metadata_fingerprint
+    from statecat.statemeta.snapshotter.taken_at import savepoint_time
 
     storage = open_storage(path)
     metadata = read_metadata(storage)
@@ -182,9 +182,9 @@ def _migrate(spark: SparkSession) -> None:
 def _with_time_source(record: SavepointRecord) -> SavepointRecord:
     from dataclasses import replace
 
-    from statecat.statemeta.stateinfo import metadata_fingerprint
-    from statecat.statemeta.storage import open_storage
-    from statecat.statemeta.taken_at import SOURCE_FILE, SOURCE_UNKNOWN, savepoint_time
+    from statecat.statemeta.files.storage import open_storage
+    from statecat.statemeta.snapshotter.stateinfo import metadata_fingerprint
+    from statecat.statemeta.snapshotter.taken_at import SOURCE_FILE, SOURCE_UNKNOWN, savepoint_time
 
     if record.time_source is not None:
         return record

@@ -56,7 +56,7 @@ def is_missing(path: str) -> bool:
     """Is there no ``_metadata`` at the recorded path any more (moved or deleted)?"""
     import pyarrow.fs as pafs
 
-    from statecat.statemeta.storage import METADATA_FILE
+    from statecat.statemeta.files.storage import METADATA_FILE
 
     try:
         if "://" in path:
@@ -102,7 +102,7 @@ def relocate(spark: SparkSession, old: str, new: str) -> SavepointRecord:
     Running it again after it completed (or crashed half way) leaves the same state.
     """
     from statecat.catalog.spark.databases import materialise
-    from statecat.statemeta.storage import open_storage
+    from statecat.statemeta.files.storage import open_storage
 
     ensure_registry(spark)
     records = registry_records(spark)

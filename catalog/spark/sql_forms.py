@@ -37,8 +37,8 @@ from statecat.statemeta.errors import LookupFailedError, StatecatError, Unsuppor
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from statecat.readers.diff import Change, SavepointDiff, StateDiff
-    from statecat.readers.scan import KeyedStateScanner
+    from statecat.readers.scans.diff import Change, SavepointDiff, StateDiff
+    from statecat.readers.scans.scan import KeyedStateScanner
     from statecat.statemeta.model import OperatorMeta, StateInfo, StateMeta
 
     _Side = tuple[OperatorMeta, StateInfo]
@@ -211,7 +211,7 @@ def diff_partitions(
     location: str, olds: set | None, news: set | None, states: set | None, target_bytes: int | None = None
 ) -> list[DiffPartition]:
     from statecat.catalog.spark.catalog_views import registered_savepoints
-    from statecat.readers.diff import COMPARED, diff_savepoints
+    from statecat.readers.scans.diff import COMPARED, diff_savepoints
 
     if olds is None or news is None:
         raise StatecatError(MISSING_SIDES)
@@ -306,7 +306,7 @@ def sql_form_batches(kind: str, partition: InputPartition, schema: pa.Schema) ->
 
 def key_view_batches(partition: KeyViewPartition, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     from statecat.readers import SavepointReader
-    from statecat.readers.keyview import key_view, snapshot_time
+    from statecat.readers.scans.keyview import key_view, snapshot_time
 
     try:
         reader = SavepointReader(_meta(partition.path))
@@ -378,7 +378,7 @@ def diff_batches(partition: DiffPartition, schema: pa.Schema) -> Iterator[pa.Rec
 
 
 def _changes(partition: DiffPartition) -> Iterator[Change]:
-    from statecat.readers.diff import SavepointDiff, StateDiff
+    from statecat.readers.scans.diff import SavepointDiff, StateDiff
 
     meta_a, meta_b = _meta(partition.path_a), _meta(partition.path_b)
     # Only a compared state's partition gets here (diff_batches returns a reason's row): both sides are named.
@@ -401,7 +401,7 @@ def _side(meta: StateMeta, side: tuple[str, str]) -> tuple[OperatorMeta, StateIn
 def _keyed_changes(diff: SavepointDiff, entry: StateDiff, key_groups: tuple[int, int]) -> Iterator[Change]:
     """``SavepointDiff._keyed_changes`` over one range of key-groups: the two sides merged key-group by
     key-group, one key-group of each in memory."""
-    from statecat.readers.diff import merge_key_groups
+    from statecat.readers.scans.diff import merge_key_groups
 
     (op_a, state_a), (op_b, state_b) = cast("tuple[_Side, _Side]", (entry.a, entry.b))  # a compared state
     side_a = _key_groups_in(diff.a, op_a, state_a, key_groups)
@@ -415,8 +415,8 @@ def _key_groups_in(
     meta: StateMeta, op: OperatorMeta, state: StateInfo, key_groups: tuple[int, int]
 ) -> Iterator[tuple[int, list[dict[str, Any]]]]:
     """(key-group, rows) of the state's non-empty key-groups in ``key_groups`` (first, last), ascending."""
-    from statecat.readers.keyview import decode_key_group
-    from statecat.readers.scan import scanner_for
+    from statecat.readers.scans.keyview import decode_key_group
+    from statecat.readers.scans.scan import scanner_for
 
     first, last = key_groups
     scanner = cast("KeyedStateScanner", scanner_for(meta, op, state))  # a keyed state's

@@ -4,7 +4,7 @@ Per savepoint database:
 
 * ``state_meta``: one row per state (operator, kind, types, decode status, size);
 * ``<state>``: one table per state, columns ``key, namespace, value`` (keyed and timer states; states
-  with TTL add ``ttl_timestamp``, statecat.readers.ttl) or
+  with TTL add ``ttl_timestamp``, statecat.readers.codecs.ttl) or
   ``value, subtask`` (operator list, union and broadcast states), named as in the Delta lake
   (``statecat.statemeta.naming``: ``accstate``, ``<operator>__<state>`` only where several operators
   have a state of that name);
@@ -59,7 +59,7 @@ STATE_META_COLUMNS = (
     ("table_name", "string"),
 )
 # What each state_meta column holds (shown by DESCRIBE); exactly what entries and bytes count:
-# statecat.readers.state_bytes.
+# statecat.readers.scans.state_bytes.
 STATE_META_COMMENTS = {
     "operator_id": "Flink's operator id (32 hex digits)",
     "operator_uid": "the uid the job set on the operator (null when none, or before Flink 2.0)",
@@ -99,7 +99,7 @@ COLUMN_COMMENTS = {
     "namespace": "window or other namespace of the value (null for plain keyed state)",
     "subtask": "the subtask that held the value",
     "ttl_timestamp": "states with TTL: when the value was last written (or read, with OnReadAndWrite), epoch ms as "
-    "Flink keeps it; ListState: per element, MapState: per map key (statecat.readers.ttl)",
+    "Flink keeps it; ListState: per element, MapState: per map key (statecat.readers.codecs.ttl)",
 }
 
 
@@ -226,7 +226,7 @@ def spark_schema(ref: TableRef, meta: StateMeta | None = None) -> StructType:
     if ref.kind == "state":
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from statecat.readers.arrow_types import state_schema
+        from statecat.readers.codecs.arrow_types import state_schema
 
         if meta is None:
             raise ValueError("state tables need the savepoint's StateMeta")
@@ -330,10 +330,10 @@ def ref_from_options(options: Mapping[str, str]) -> TableRef | None:
 
 
 def state_meta_rows(meta: StateMeta, sizes: dict | None = None) -> list[tuple]:
-    """One row per state; ``sizes`` (``statecat.readers.state_bytes.savepoint_bytes``, a walk of the
+    """One row per state; ``sizes`` (``statecat.readers.scans.state_bytes.savepoint_bytes``, a walk of the
     key-groups) is computed when not given. An operator whose data cannot be walked (damaged) keeps
     its rows, with no sizes and the reason in ``raw_reasons``: this table is where a damaged savepoint is diagnosed."""
-    from statecat.readers.state_bytes import operator_bytes
+    from statecat.readers.scans.state_bytes import operator_bytes
     from statecat.statemeta.errors import StatecatError
 
     names = state_table_names(meta)

@@ -57,7 +57,7 @@ class Result:
 
     @property
     def source(self) -> str:
-        """Where it happened in statecat's source (``readers/scan.py:210``), else the innermost frame."""
+        """Where it happened in statecat's source (``readers/scans/scan.py:210``), else the innermost frame."""
         frames = self.detail.get("frames") or []
         for frame in reversed(frames):
             local = repo_path(frame)
@@ -96,7 +96,7 @@ def replay_command(case: Case) -> str:
 
 
 def repo_path(frame: str) -> str | None:
-    """``readers/scan.py:210 in _locate`` for a frame in statecat's installed or source tree."""
+    """``readers/scans/scan.py:210 in _locate`` for a frame in statecat's installed or source tree."""
     match = re.search(r"/statecat/(readers|statemeta|catalog)/(.+)$", frame) or re.search(
         rf"^{re.escape(str(REPO))}/(readers|statemeta|catalog)/(.+)$", frame
     )

@@ -22,14 +22,14 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from statecat.readers.scan import scanner_for
+from statecat.readers.scans.scan import scanner_for
 from statecat.statemeta.binary import DataInput
 from statecat.statemeta.errors import StatecatError
-from statecat.statemeta.headers import header_end, read_keyed_header, read_operator_header, read_stream_bytes
-from statecat.statemeta.metadata import FileStream, KeyGroupsHandle, OperatorStreamHandle, read_metadata
+from statecat.statemeta.files.headers import header_end, read_keyed_header, read_operator_header, read_stream_bytes
+from statecat.statemeta.files.metadata import FileStream, KeyGroupsHandle, OperatorStreamHandle, read_metadata
+from statecat.statemeta.files.snapshots import SnapshotReader
+from statecat.statemeta.files.storage import METADATA_FILE, open_storage
 from statecat.statemeta.model import KeyedLocation, load_state_meta
-from statecat.statemeta.snapshots import SnapshotReader
-from statecat.statemeta.storage import METADATA_FILE, open_storage
 from tests.fixtures.expected import CASES_DIR
 from tests.fuzz.mutations import fixture_names
 
