@@ -26,7 +26,7 @@ import pytest
 from statecat.catalog.cli import main
 from statecat.statemeta.errors import Interrupted
 from statecat.statemeta.files.metadata import read_metadata
-from statecat.writers import publish, savepoint_writer
+from statecat.writers import publish, savepoint_writer, temp_dirs
 from statecat.writers.savepoint_writer import write_savepoint
 from statecat.writers.temp_dirs import MARKER, PARTIAL_MARKER, make_temp_dir, remove_stale_temp_dirs
 from tests.fixtures.expected import savepoint_dir
@@ -403,6 +403,55 @@ def test_only_gone_processes_temporary_directories_are_removed(tmp_path):
     assert (live / MARKER).is_file() and (misnamed / "savepoint" / UUID_NAME).is_file()
     assert other_host.exists() and unmarked.exists() and damaged.exists() and linked.exists()
     shutil.rmtree(live)
+
+
+class _Killed(BaseException):
+    """The process dying at one step of a cleanup."""
+
+
+def test_a_cleanup_killed_at_any_step_leaves_a_directory_the_next_write_removes(tmp_path, monkeypatch):
+    """A temporary directory's own cleanup removes its marker last: killed at any step, what is left
+    still names the gone process or is empty (rmtree's order could remove the marker first and leave files
+    no cleaner may touch: CI saw one such directory after a SIGKILL during an upload's cleanup)."""
+    real = {"unlink": os.unlink, "rmdir": os.rmdir, "rmtree": shutil.rmtree}
+    step = 0
+    while True:
+        parent = tmp_path / f"step-{step}"
+        parent.mkdir()
+        temp = _marked(parent, "out", pid=_dead_pid())
+        for name in ("_metadata", "stateInfo"):
+            (temp / "savepoint" / name).write_bytes(b"x")
+        calls = 0
+
+        def dies_at_step(name, *args, _step=step, **kwargs):
+            nonlocal calls
+            calls += 1
+            if calls > _step:
+                raise _Killed
+            return real[name](*args, **kwargs)
+
+        for name in real:
+            module = shutil if name == "rmtree" else os
+            monkeypatch.setattr(module, name, lambda *a, _n=name, **k: dies_at_step(_n, *a, **k))
+        try:
+            temp_dirs.remove_temp_dir(str(temp))
+            finished = True
+        except _Killed:
+            finished = False
+        finally:
+            monkeypatch.undo()
+        if finished:
+            assert not temp.exists()
+            break
+        # Gone, still marked, or empty (killed between the marker and the directory): the next
+        # write removes each of these, and nothing else unmarked.
+        left_as = sorted(os.listdir(temp)) if temp.exists() else None
+        assert left_as is None or not left_as or MARKER in left_as, f"killed at step {step}: {left_as}"
+        left = [str(temp)] if temp.exists() else []
+        assert remove_stale_temp_dirs(str(parent)) == left
+        assert os.listdir(parent) == []
+        step += 1
+    assert step >= 3  # the savepoint, the other files, the marker, the directory: each a step
 
 
 def test_a_live_writes_temporary_directory_survives_a_concurrent_write(tmp_path):

@@ -95,7 +95,7 @@ from statecat.writers.publish import (
     check_destination,
     destination_display,
 )
-from statecat.writers.temp_dirs import signals_raise
+from statecat.writers.temp_dirs import remove_temp_dir, signals_raise
 
 log = logging.getLogger(__name__)
 
@@ -220,11 +220,11 @@ def write_savepoint(
                 if remote is None:
                     _publish(work, target, overwrite)
                     published = True
-                shutil.rmtree(temp, ignore_errors=True)
+                remove_temp_dir(temp)
         except BaseException as exc:
             if temp is not None:
                 with signals.hold():
-                    shutil.rmtree(temp, ignore_errors=True)
+                    remove_temp_dir(temp)
             explained = None if published else _explained(exc, target, temp, remote)
             if explained is None:
                 raise

@@ -69,6 +69,28 @@ def make_temp_dir(parent: str, name: str, purpose: str) -> str:
     raise FileNotFoundError(errno.ENOENT, f"removed {MAX_ATTEMPTS} times as it was made", parent)
 
 
+def remove_temp_dir(path: str) -> None:
+    """Removes one of statecat's temporary directories, its marker last. A process killed on the
+    way leaves a directory still marked, which the next run removes; ``shutil.rmtree``'s own order
+    may take the marker first and leave an unmarked directory with files, which no cleaner touches."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        if entry.name == MARKER:
+            continue
+        with contextlib.suppress(OSError):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(path, MARKER))
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
 def remove_stale_temp_dirs(parent: str) -> list[str]:
     """Removes the temporary directories in ``parent`` whose process is gone; returns their paths.
 
@@ -95,7 +117,7 @@ def remove_stale_temp_dirs(parent: str) -> list[str]:
             continue
         if may_be_alive(marker):
             continue
-        shutil.rmtree(entry.path, ignore_errors=True)
+        remove_temp_dir(entry.path)
         if not os.path.lexists(entry.path):
             removed.append(entry.path)
     return removed

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -655,7 +654,7 @@ def scratch_directory(destination: str) -> Iterator[str]:
     temporary directory while DST's parent does not exist yet."""
     from statecat.writers.object_store import is_object_store
     from statecat.writers.publish import destination_display
-    from statecat.writers.temp_dirs import make_temp_dir, remove_stale_temp_dirs, signals_raise
+    from statecat.writers.temp_dirs import make_temp_dir, remove_stale_temp_dirs, remove_temp_dir, signals_raise
 
     target = destination_display(destination)
     parent = os.path.dirname(target)
@@ -672,4 +671,4 @@ def scratch_directory(destination: str) -> Iterator[str]:
         finally:
             if directory is not None:
                 with signals.hold():
-                    shutil.rmtree(directory, ignore_errors=True)
+                    remove_temp_dir(directory)
