@@ -55,10 +55,19 @@ def _module_of(path: Path) -> str:
     return ".".join(parts)
 
 
-def _statecat_imports(source: str) -> Iterator[tuple[int, str]]:
+def _statecat_imports(source: str, run_time_only: bool = False) -> Iterator[tuple[int, str]]:
     """(line, dotted name below ``statecat``) of every import of statecat in one module's source;
-    ``from statecat.catalog import cli`` names ``catalog.cli``."""
-    for node in ast.walk(ast.parse(source)):
+    ``from statecat.catalog import cli`` names ``catalog.cli``. ``run_time_only``: without the
+    imports under ``if TYPE_CHECKING:``."""
+    tree = ast.parse(source)
+    typing_only = set()
+    if run_time_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+                typing_only |= {id(child) for stmt in node.body for child in ast.walk(stmt)}
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names = [f"{node.module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
@@ -127,28 +136,12 @@ def _inner_room(module: str) -> str:
     return f"readers.{parts[1]}" if parts[1] in ("codecs", "backends", "scans") else "readers.keygroups"
 
 
-def _run_time_imports(source: str) -> Iterator[tuple[int, str]]:
-    """Like _statecat_imports, without the imports under ``if TYPE_CHECKING:``."""
-    tree = ast.parse(source)
-    typing_only = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
-            typing_only |= {id(child) for stmt in node.body for child in ast.walk(stmt)}
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            for alias in node.names:
-                if node.module.startswith("statecat."):
-                    yield node.lineno, f"{node.module}.{alias.name}".removeprefix("statecat.")
-
-
 def test_the_lower_floors_rooms_run_one_way():
     wrong = []
     for top in ("statemeta", "readers"):
         for path in sorted((REPO / top).rglob("*.py")):
             room = _inner_room(_module_of(path))
-            for line, name in _run_time_imports(path.read_text()):
+            for line, name in _statecat_imports(path.read_text(), run_time_only=True):
                 if name.split(".")[0] != top:
                     continue
                 target = _inner_room(name)
@@ -161,7 +154,7 @@ def test_the_lower_floors_rooms_run_one_way():
 def test_the_inner_rule_sees_run_time_imports_only():
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from statecat.readers.scans.scan import S\n"
     source += "def f():\n    from statecat.readers.scans.scan import T\n"
-    assert list(_run_time_imports(source)) == [(5, "readers.scans.scan.T")]
+    assert list(_statecat_imports(source, run_time_only=True)) == [(5, "readers.scans.scan.T")]
     assert INNER_ORDER.index(_inner_room("readers.scans.scan")) > INNER_ORDER.index(_inner_room("readers.backends.sst"))
 
 
