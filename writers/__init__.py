@@ -2,7 +2,9 @@
 
 * ``savepoint_writer``: ``write_savepoint``, a savepoint rebuilt from another with edits applied
   (``keyed_rewrite`` rebuilds one keyed stream, also into another max parallelism; ``publish``
-  puts the result in place: temporary directory, atomic rename, ``--overwrite``'s checks);
+  puts the result in place: temporary directory, atomic rename, ``--overwrite``'s checks;
+  ``output`` writes DST's streams, copying SRC's untouched bytes unread, each durable before
+  ``_metadata``);
 * ``entry_codec``: a state row <-> its key-group entry bytes; ``heap_rewrite``: the heap
   backend's layout re-framed canonically;
 * ``metadata_writer``: ``_metadata``, written last;

@@ -37,7 +37,6 @@ import os
 import shutil
 import struct
 import tempfile
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -53,7 +52,6 @@ from statecat.statemeta.files.headers import (
 )
 from statecat.statemeta.files.metadata import (
     METADATA_VERSION_RELEASES,
-    InlineStream,
     KeyGroupsHandle,
     NativeRocksDBHandle,
     OperatorStateEntry,
@@ -81,12 +79,11 @@ from statecat.writers.metadata_writer import (
     KeyGroupsOut,
     OperatorOut,
     OperatorStreamOut,
-    RelativeFile,
     SubtaskOut,
-    WrittenStream,
     write_metadata,
 )
 from statecat.writers.object_store import ObjectStoreTarget, is_object_store
+from statecat.writers.output import INLINE_THRESHOLD, Output, StoredSpan, read_all
 from statecat.writers.publish import (
     _explained,
     _make_temp_dir,
@@ -104,9 +101,6 @@ MAX_MAX_PARALLELISM = 1 << 15
 # Re-keyed entries wait in this many spill files, each a contiguous range of new key-groups:
 # memory holds one file's entries at a time.
 REKEY_BUCKETS = 256
-# Flink's default execution.checkpointing.data-inline-threshold: smaller streams live in _metadata.
-INLINE_THRESHOLD = 20 * 1024
-COPY_CHUNK = 1 << 20
 # The keyed proxy header: i32 version, then (version >= 4) the key-group compression flag.
 COMPRESSION_FLAG_OFFSET = 4
 
@@ -243,7 +237,7 @@ def _write_into(
     keyed_runner: KeyedRunner | None,
 ) -> None:
     """The savepoint's streams and ``_metadata``, into the directory ``work``."""
-    with _Output(work, summary) as out:
+    with Output(work, summary) as out:
         prebuilt: dict[KeyedJob, tuple[KeyGroupsOut, dict[str, int]]] = {}
         if keyed_runner is not None:
             jobs = _keyed_jobs(meta, dropped, editor, max_parallelism)
@@ -293,6 +287,7 @@ def _write_into(
             )
         summary.operators = len(operators)
         metadata = write_metadata(meta.metadata.version, meta.metadata.checkpoint_id, operators)
+        out.wait_synced()  # Flink's order: every stream durable before the _metadata naming it
         out.write_file(METADATA_FILE, metadata)
 
 
@@ -330,112 +325,6 @@ def _write_state_info(work: str, provenance: dict | None) -> None:
         f.write("\n")
 
 
-# ----------------------------------------------------------------------------- output streams
-
-
-class _Output:
-    """The savepoint directory being written: new streams inline when small, else UUID-named files."""
-
-    def __init__(self, directory: str, summary: WriteSummary) -> None:
-        self.directory = directory
-        self.summary = summary
-        self.open_sinks: set[_StreamSink] = set()
-
-    def __enter__(self) -> _Output:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        # A failed write (a full disk, a signal) keeps no file open: an open file of the removed
-        # directory would hold its space, and its mount busy, until the garbage collector ran.
-        for sink in list(self.open_sinks):
-            sink.close()
-
-    def write_file(self, name: str, data: bytes) -> None:
-        with open(os.path.join(self.directory, name), "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        self.summary.bytes_written += len(data)
-
-    def inline_copy(self, meta: StateMeta, handle: StreamHandle) -> InlineData:
-        name = handle.name if isinstance(handle, InlineStream) else str(uuid.uuid4())
-        return InlineData(name, _read_all(meta, handle))
-
-    def copy(self, meta: StateMeta, handle: StreamHandle) -> WrittenStream:
-        """A stream's bytes unchanged, where they were: inline stays inline, a file becomes a file."""
-        self.summary.streams_copied += 1
-        if isinstance(handle, InlineStream):
-            data = _read_all(meta, handle)
-            self.summary.bytes_written += len(data)
-            return InlineData(handle.name, data)
-        sink = self.new_stream()
-        stream, _, _ = open_stream(meta.storage, handle, 0)
-        with stream:
-            remaining = handle.size
-            while remaining:
-                chunk = stream.read(min(COPY_CHUNK, remaining))
-                if not chunk:
-                    raise StatecatError(
-                        f"expected {handle.size} bytes, the file ended {remaining} bytes early",
-                        file=meta.storage.display(handle.path),
-                        hint="The state file is truncated",
-                    )
-                sink.write(chunk)
-                remaining -= len(chunk)
-        return sink.finish(keep_file=True)
-
-    def new_stream(self) -> _StreamSink:
-        return _StreamSink(self)
-
-
-class _StreamSink:
-    """One new stream written front to back into a file; small results move inline at the end."""
-
-    def __init__(self, output: _Output) -> None:
-        self.output = output
-        self.name = str(uuid.uuid4())
-        self.path = os.path.join(output.directory, self.name)
-        self.file = open(self.path, "wb")  # noqa: SIM115 (closed in finish, or by the output's end)
-        output.open_sinks.add(self)
-        self.position = 0
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.file.write(data)
-        self.position += len(data)
-
-    def close(self) -> None:
-        self.output.open_sinks.discard(self)
-        with contextlib.suppress(OSError):  # the error that stopped the write is the one to report
-            self.file.close()
-
-    def finish(self, keep_file: bool = False) -> WrittenStream:
-        self.file.flush()
-        os.fsync(self.file.fileno())
-        self.file.close()
-        self.output.open_sinks.discard(self)
-        self.output.summary.bytes_written += self.position
-        if keep_file or self.position >= INLINE_THRESHOLD:
-            return RelativeFile(self.name, self.position)
-        with open(self.path, "rb") as f:
-            data = f.read()
-        os.unlink(self.path)
-        return InlineData(self.name, data)
-
-
-def _read_all(meta: StateMeta, handle: StreamHandle) -> bytes:
-    stream, name, base = open_stream(meta.storage, handle, 0)
-    with stream:
-        data = stream.read(handle.size)
-    if len(data) != handle.size:
-        raise StatecatError(
-            f"expected {handle.size} bytes of state, got {len(data)} before the end of the file",
-            file=name,
-            offset=base + len(data),
-            hint="The state file is truncated",
-        )
-    return data
-
-
 # ----------------------------------------------------------------------------- subtasks
 
 
@@ -445,7 +334,7 @@ def _subtask(
     operator_id: str,
     subtask: SubtaskState,
     editor: StateEditor | None,
-    out: _Output,
+    out: Output,
     prebuilt: tuple[KeyGroupsOut, dict[str, int]] | None = None,
 ) -> SubtaskOut:
     return SubtaskOut(
@@ -492,7 +381,7 @@ def rebuild_keyed_stream(
     raw = next(op for op in meta.metadata.operators if op.id == job.operator_id)
     subtask = next(s for s in raw.subtasks if s.index == job.subtask)
     summary = WriteSummary(meta.path, directory, meta.metadata.version, 0)
-    with _Output(directory, summary) as out:
+    with Output(directory, summary) as out:
         handle = _keyed(meta, operator, job.operator_id, subtask, editor, out)
     if handle is None:
         raise UnsupportedError(f"operator {operator.label} subtask {job.subtask} has no keyed state to rebuild")
@@ -504,7 +393,7 @@ def _coordinator(
     operator: OperatorMeta | None,
     handle: StreamHandle | None,
     editor: StateEditor | None,
-    out: _Output,
+    out: Output,
 ) -> InlineData | None:
     if handle is None:
         return None
@@ -518,7 +407,7 @@ def _coordinator(
 def _operator_handle(
     meta: StateMeta,
     handle: OperatorStreamHandle | None,
-    out: _Output,
+    out: Output,
     operator: OperatorMeta | None = None,
     subtask: int | None = None,
     editor: StateEditor | None = None,
@@ -567,7 +456,7 @@ def _rewrite_operator_stream(
     handle: OperatorStreamHandle,
     edited: frozenset[str],
     editor: StateEditor | None,
-    out: _Output,
+    out: Output,
 ) -> OperatorStreamOut:
     """An operator state stream with some states' elements replaced: the header and the other
     states' elements are copied as bytes; each element's end is the next element's start."""
@@ -576,7 +465,7 @@ def _rewrite_operator_stream(
         for s in operator.states
         for loc in s.locations
     )
-    data = _read_all(meta, handle.stream)
+    data = read_all(meta, handle.stream)
     starts = sorted(o for entry in handle.entries for o in entry.offsets)
     header_end = starts[0] if starts else len(data)
     ends = dict(zip(starts, starts[1:] + [len(data)]))
@@ -601,7 +490,7 @@ def _rewrite_operator_stream(
     return OperatorStreamOut(tuple(entries), stream_sink.finish())
 
 
-def _raw_keyed(meta: StateMeta, operator_id: str, subtask: SubtaskState, out: _Output) -> KeyGroupsOut | None:
+def _raw_keyed(meta: StateMeta, operator_id: str, subtask: SubtaskState, out: Output) -> KeyGroupsOut | None:
     """Raw keyed state is the job's own bytes behind key-group offsets: copied as they are."""
     handle = subtask.raw_keyed
     if handle is None:
@@ -645,7 +534,7 @@ def _keyed(
     operator_id: str,
     subtask: SubtaskState,
     editor: StateEditor | None,
-    out: _Output,
+    out: Output,
 ) -> KeyGroupsOut | None:
     handle = subtask.managed_keyed
     if handle is None:
@@ -681,7 +570,7 @@ class _KeyedRewrite:
         states: _StreamStates,
         touched: frozenset[int],
         editor: StateEditor | None,
-        out: _Output,
+        out: Output,
     ) -> None:
         self.meta = meta
         self.operator = operator
@@ -703,7 +592,11 @@ class _KeyedRewrite:
         first, last = self.handle.key_group_range
         offsets = []
         for _, data in self._key_groups(first, last):
-            if data:
+            if isinstance(data, StoredSpan):
+                assert isinstance(self.handle, KeyGroupsHandle)  # spans come from canonical streams only
+                offsets.append(sink.position)
+                sink.copy_range(self.meta.storage, self.handle.stream, data.offset, data.length)
+            elif data:
                 offsets.append(sink.position)
                 sink.write(data)
             else:
@@ -723,8 +616,9 @@ class _KeyedRewrite:
             header[COMPRESSION_FLAG_OFFSET] = 0
         return bytes(header)
 
-    def _key_groups(self, first: int, last: int) -> Iterator[tuple[int, bytes]]:
-        """Each key-group's bytes in the canonical framing: untouched canonical ones as stored."""
+    def _key_groups(self, first: int, last: int) -> Iterator[tuple[int, bytes | StoredSpan]]:
+        """Each key-group's bytes in the canonical framing; an untouched canonical one where it is
+        stored (copied unread)."""
         if self.states.layout != "canonical":
             for key_group, runs in self.runs(first, last):
                 self.summary.key_groups_rebuilt += 1
@@ -732,10 +626,9 @@ class _KeyedRewrite:
             return
         handle = self.handle
         assert isinstance(handle, KeyGroupsHandle)
-        for key_group, data, name, at in self._stored(handle, first, last):
-            if key_group not in self.touched:
-                if data:
-                    self.summary.key_groups_copied += 1
+        for key_group, data, name, at in self._stored(handle, first, last, self.touched):
+            if isinstance(data, StoredSpan):
+                self.summary.key_groups_copied += 1
                 yield key_group, data
                 continue
             plain = decompress_snappy_framed(data, name, at) if data and self.states.compressed else data
@@ -761,6 +654,7 @@ class _KeyedRewrite:
             handle = self.handle
             assert isinstance(handle, KeyGroupsHandle)
             for key_group, data, name, at in self._stored(handle, first, last):
+                assert isinstance(data, bytes)  # every key-group read: no ``only``
                 plain = decompress_snappy_framed(data, name, at) if data and self.states.compressed else data
                 yield key_group, parse_runs(plain, name, at) if plain else []
 
@@ -792,15 +686,20 @@ class _KeyedRewrite:
 
     # -- layouts
 
-    def _stored(self, handle: KeyGroupsHandle, first: int, last: int) -> Iterator[tuple[int, bytes, str, int]]:
-        """(key-group, stored bytes, file, file offset) of each key-group of a savepoint-layout stream."""
+    def _stored(
+        self, handle: KeyGroupsHandle, first: int, last: int, only: frozenset[int] | None = None
+    ) -> Iterator[tuple[int, bytes | StoredSpan, str, int]]:
+        """(key-group, stored bytes, file, file offset) of each key-group of a savepoint-layout
+        stream; with ``only``, the others' bytes unread, as their span of the stream."""
         ends = key_group_ends(handle.offsets, handle.stream.size)
         stream, name, base = open_stream(self.meta.storage, handle.stream, 0)
         with stream:
             for i in range(last - first + 1):
                 offset = handle.offsets[i]
-                data = b""
-                if offset > 0:
+                data: bytes | StoredSpan = b""
+                if offset > 0 and only is not None and first + i not in only:
+                    data = StoredSpan(offset, ends[i] - offset)
+                elif offset > 0:
                     stream.seek(base + offset)
                     data = stream.read(ends[i] - offset)
                     if len(data) != ends[i] - offset:
@@ -860,7 +759,7 @@ class _Rekey:
         parallelism: int,
         max_parallelism: int,
         editor: StateEditor | None,
-        out: _Output,
+        out: Output,
     ) -> None:
         self.meta = meta
         self.operator = operator

@@ -37,7 +37,7 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import Token, TokenType
 
-from statecat.catalog.spark.edit_changes import TableChanges, compute_changes
+from statecat.catalog.spark.edit_changes import HELD_ROWS, TableChanges, compute_changes
 from statecat.catalog.spark.edit_plan import EditError, EditTable, PlannedStatement, edit_tables
 from statecat.readers.codecs.arrow_types import state_schema
 
@@ -55,8 +55,9 @@ MATCHED = "`__statecat_matched`"
 TARGET_ROW, SOURCE_ROW, CLAUSE = "`__statecat_target_row`", "`__statecat_source_row`", "`__statecat_clause`"
 
 
-# Where a statement's rows are counted: Parquet copies, each with the column saying which rows acted.
-Counted = list[tuple[str, str | None]]
+# Where a statement's rows are counted: its copies (a Parquet directory, or the rows held in this
+# process), each with the column saying which rows acted.
+Counted = list[tuple["str | pa.Table", str | None]]
 
 
 @dataclass(frozen=True)
@@ -112,11 +113,12 @@ class _Run:
         self.tables = edit_tables(meta)
         self.views: list[str] = []
         self.counter = itertools.count()
-        self.paths: dict[int, str] = {}  # a copy's DataFrame (by id) -> its Parquet directory
+        self.copies: dict[int, str | pa.Table] = {}  # a copy's DataFrame (by id) -> its rows, where they are
         self.sinks: dict[str, str] = {}  # a sink's view name -> its Parquet directory
         # table -> the flagged copy of its first statement, when that was an UPDATE or DELETE
-        self.first_copies: dict[str, str] = {}
+        self.first_copies: dict[str, DataFrame] = {}
         self.seen: set[str] = set()
+        self.pinned: set[str] = set()  # tables whose statements reach only the keys they name
 
     def all(self, planned: Sequence[PlannedStatement]) -> list[TableChanges]:
         targets: dict[str, EditTable] = {}
@@ -136,15 +138,15 @@ class _Run:
             scope = scopes[name]
             if scope is not None:
                 rows = rows.where(scope)
+                self.pinned.add(name)
             before[name] = rows
             self._view(rows, name)
         for statement in planned:
             counted = self._run(statement)
-            statement.matched = sum(_rows_in(path, condition) for path, condition in counted)
+            statement.matched = sum(_rows_in(rows, condition) for rows, condition in counted)
         out = []
         for name, table in targets.items():
-            first = self.first_copies.get(name)
-            old = self.spark.read.parquet(first) if first is not None else before[name]
+            old = self.first_copies.get(name, before[name])
             _, path = self._path()
             changes = compute_changes(table, old, self.spark.table(name), self.source.state_source, path)
             if changes is not None:
@@ -169,12 +171,21 @@ class _Run:
         number = next(self.counter)
         return f"{VIEW_PREFIX}{number}", os.path.join(self.scratch, f"view-{number}")  # Spark skips _… and .…
 
-    def copy(self, rows: DataFrame) -> DataFrame:
-        """``rows`` evaluated once, as a Parquet copy: what later statements read stays what this one saw."""
+    def copy(self, rows: DataFrame, few: bool = False) -> DataFrame:
+        """``rows`` evaluated once: what later statements read stays what this one saw. ``few``: the
+        rows of the keys a statement names, held in this process when there are at most HELD_ROWS
+        (a Spark job writing and listing Parquet costs more than sending them back); else a Parquet copy."""
+        if few:
+            held = rows.limit(HELD_ROWS + 1).toArrow()
+            if held.num_rows <= HELD_ROWS:
+                copied = self.spark.createDataFrame(held, schema=rows.schema)
+                self.copies[id(copied)] = held
+                return copied
+            # More rows than are held: evaluated again into Parquet, the held ones discarded unseen.
         _, path = self._path()
         rows.write.parquet(path)
         copied = self.spark.read.parquet(path)
-        self.paths[id(copied)] = path
+        self.copies[id(copied)] = path
         return copied
 
     def sink(self, table: EditTable) -> str:
@@ -231,15 +242,16 @@ class _Run:
         flagged = self.copy(
             self.spark.sql(
                 f"SELECT *, coalesce(({condition}), false) AS {MATCHED} FROM {_name(name)} AS {_name(alias)}"
-            )
+            ),
+            few=name in self.pinned,
         )
         flagged_view = f"{VIEW_PREFIX}{next(self.counter)}"
         self._view(flagged, flagged_view)
-        if first:
-            self.first_copies[name] = self.paths[id(flagged)]
         columns = [f.name for f in _schema(table).fields]
+        if first:
+            self.first_copies[name] = flagged.select(*[f"`{c}`" for c in columns])
         kept = flagged.where(f"NOT {MATCHED}").select(*[f"`{c}`" for c in columns])
-        count: Counted = [(self.paths[id(flagged)], MATCHED.strip("`"))]
+        count: Counted = [(self.copies[id(flagged)], MATCHED.strip("`"))]
         if statement.kind == "DELETE":
             return kept, count
         sink = self.sink(table)
@@ -261,7 +273,7 @@ class _Merge:
         node = statement.node
         assert isinstance(node, exp.Merge)
         self.node: exp.Merge = node
-        self.paths: dict[str, str] = {}  # a copy's quoted view name -> its Parquet directory
+        self.copies: dict[str, str | pa.Table] = {}  # a copy's quoted view name -> its rows, where they are
 
     def run(self) -> tuple[DataFrame, Counted]:
         run, statement, node = self.run_, self.statement, self.node
@@ -333,7 +345,7 @@ class _Merge:
             f"AND {target_alias}.{TARGET_ROW} NOT IN (SELECT {TARGET_ROW} FROM {by_source} WHERE {CLAUSE} >= 0)"
         )
         acting = CLAUSE.strip("`")
-        counted: Counted = [(self.paths[v], acting) for v in (matched, by_source, not_matched)]
+        counted: Counted = [(self.copies[v], acting) for v in (matched, by_source, not_matched)]
         return kept.unionAll(spark.table(sink)), counted
 
     def _copy(self, query: str) -> str:
@@ -341,7 +353,7 @@ class _Merge:
         name = f"{VIEW_PREFIX}{next(self.run_.counter)}"
         copied = self.run_.copy(self.run_.spark.sql(query))
         self.run_._view(copied, name)
-        self.paths[_name(name)] = self.run_.paths[id(copied)]
+        self.copies[_name(name)] = self.run_.copies[id(copied)]
         return _name(name)
 
 
@@ -631,11 +643,12 @@ def _schema(table: EditTable) -> StructType:
     return from_arrow_schema(pa.schema([f for f in schema if f.name in table.columns]), prefer_timestamp_ntz=True)
 
 
-def _rows_in(path: str, column: str | None) -> int:
-    """Rows of a Parquet copy (where ``column`` is true, or a WHEN clause's index >= 0)."""
+def _rows_in(rows: str | pa.Table, column: str | None) -> int:
+    """Rows of a copy (where ``column`` is true, or a WHEN clause's index >= 0): a Parquet
+    directory's or the rows held in this process."""
     import pyarrow.dataset as ds
 
-    data = ds.dataset(path, format="parquet")
+    data = ds.dataset(rows, format="parquet") if isinstance(rows, str) else ds.dataset(rows)
     if column is None:
         return data.count_rows()
     field = ds.field(column)
