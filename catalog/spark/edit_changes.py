@@ -159,12 +159,7 @@ def compute_changes(
     operator_id, state_name, keyed = table.operator.id, table.state.name, table.keyed
     few = both.limit(HELD_ROWS + 1).toArrow()
     if few.num_rows <= HELD_ROWS:
-        changed = _compare_bucket(state_source, operator_id, state_name, keyed, tuple(columns), few)
-        groups: dict[int, pa.Table] = {}
-        for group in set(changed.column(KEY_GROUP).to_pylist()):
-            groups[group] = changed.filter(pa.compute.equal(changed.column(KEY_GROUP), group))
-        _refuse_unassigned(table, groups.get(UNASSIGNED_GROUP))
-        return HeldChanges(operator_id, state_name, groups) if groups else None
+        return compare_held(table, few, state_source)
     schema = StructType(
         [
             *[both.schema[c] for c in columns],
@@ -193,6 +188,21 @@ def compute_changes(
     if not stored:
         return None
     return StoredChanges(operator_id, state_name, directory, tuple(g for g in stored if g >= 0))
+
+
+def compare_held(
+    table: EditTable, rows: pa.Table, state_source: tuple[str, str | None, tuple[str, ...]]
+) -> TableChanges | None:
+    """The comparison of rows held in this process (the table's columns and SIDE, as Spark's
+    ``toArrow`` gives them); None when no row changed."""
+    changed = _compare_bucket(
+        state_source, table.operator.id, table.state.name, table.keyed, tuple(table.columns), rows
+    )
+    groups: dict[int, pa.Table] = {}
+    for group in set(changed.column(KEY_GROUP).to_pylist()):
+        groups[group] = changed.filter(pa.compute.equal(changed.column(KEY_GROUP), group))
+    _refuse_unassigned(table, groups.get(UNASSIGNED_GROUP))
+    return HeldChanges(table.operator.id, table.state.name, groups) if groups else None
 
 
 def _refuse_unassigned(table: EditTable, unassigned: pa.Table | None) -> None:

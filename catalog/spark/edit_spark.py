@@ -37,7 +37,15 @@ from sqlglot import exp
 from sqlglot.dialects.spark import Spark
 from sqlglot.tokens import Token, TokenType
 
-from statecat.catalog.spark.edit_changes import HELD_ROWS, TableChanges, compute_changes
+from statecat.catalog.spark.edit_changes import (
+    ADDED,
+    HELD_ROWS,
+    REMOVED,
+    SIDE,
+    TableChanges,
+    compare_held,
+    compute_changes,
+)
 from statecat.catalog.spark.edit_plan import EditError, EditTable, PlannedStatement, edit_tables
 from statecat.readers.codecs.arrow_types import state_schema
 
@@ -55,6 +63,8 @@ MATCHED = "`__statecat_matched`"
 TARGET_ROW, SOURCE_ROW, CLAUSE = "`__statecat_target_row`", "`__statecat_source_row`", "`__statecat_clause`"
 
 
+# Spark's settings that, when LEGACY, write Parquet dates and timestamps in the hybrid calendar.
+_REBASE_CONFS = ("spark.sql.parquet.datetimeRebaseModeInWrite", "spark.sql.parquet.int96RebaseModeInWrite")
 # Where a statement's rows are counted: its copies (a Parquet directory, or the rows held in this
 # process), each with the column saying which rows acted.
 Counted = list[tuple["str | pa.Table", str | None]]
@@ -119,6 +129,8 @@ class _Run:
         self.first_copies: dict[str, DataFrame] = {}
         self.seen: set[str] = set()
         self.pinned: set[str] = set()  # tables whose statements reach only the keys they name
+        # table -> its one statement's held flagged rows and Parquet sink (None: a DELETE's)
+        self.held: dict[str, tuple[pa.Table, str | None]] = {}
 
     def all(self, planned: Sequence[PlannedStatement]) -> list[TableChanges]:
         targets: dict[str, EditTable] = {}
@@ -144,14 +156,48 @@ class _Run:
         for statement in planned:
             counted = self._run(statement)
             statement.matched = sum(_rows_in(rows, condition) for rows, condition in counted)
+        statements = {name: sum(s.table.name.lower() == name for s in planned) for name in targets}
         out = []
         for name, table in targets.items():
-            old = self.first_copies.get(name, before[name])
-            _, path = self._path()
-            changes = compute_changes(table, old, self.spark.table(name), self.source.state_source, path)
+            held = self._held_rows(table) if statements[name] == 1 else None
+            if held is not None:
+                changes = compare_held(table, held, self.source.state_source)
+            else:
+                old = self.first_copies.get(name, before[name])
+                _, path = self._path()
+                changes = compute_changes(table, old, self.spark.table(name), self.source.state_source, path)
             if changes is not None:
                 out.append(changes)
         return out
+
+    def _held_rows(self, table: EditTable) -> pa.Table | None:
+        """Before and after a table's one UPDATE or DELETE, in this process, when its rows are held:
+        the rows it saw, those it left and the sink's (read back by pyarrow in the held rows' types).
+        None when they are not held, or the sink's Parquet is not in the calendar pyarrow reads."""
+        import pyarrow.compute as pc
+        import pyarrow.dataset as ds
+
+        record = self.held.get(table.name.lower())
+        if record is None:
+            return None
+        flagged, sink = record
+        columns = list(table.columns)
+        seen = flagged.select(columns)
+        parts = [seen.append_column(SIDE, pa.array([REMOVED] * seen.num_rows, pa.int32()))]
+        kept = flagged.filter(pc.invert(flagged.column(MATCHED.strip("`")))).select(columns)
+        parts.append(kept.append_column(SIDE, pa.array([ADDED] * kept.num_rows, pa.int32())))
+        if sink is not None:
+            conf = self.spark.conf
+            # Spark's legacy rebasing writes dates and INT96 times in the hybrid calendar: Spark reads them.
+            if any(conf.get(k, "CORRECTED") != "CORRECTED" for k in _REBASE_CONFS):
+                return None
+            fmt = ds.ParquetFileFormat(read_options=ds.ParquetReadOptions(coerce_int96_timestamp_unit="us"))
+            try:
+                new = ds.dataset(sink, format=fmt).to_table(columns=columns).cast(seen.schema)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
+                return None  # Spark's own comparison reads it instead
+            parts.append(new.append_column(SIDE, pa.array([ADDED] * new.num_rows, pa.int32())))
+        return pa.concat_tables(parts)
 
     # -- views
 
@@ -251,10 +297,15 @@ class _Run:
         if first:
             self.first_copies[name] = flagged.select(*[f"`{c}`" for c in columns])
         kept = flagged.where(f"NOT {MATCHED}").select(*[f"`{c}`" for c in columns])
-        count: Counted = [(self.copies[id(flagged)], MATCHED.strip("`"))]
+        held = self.copies[id(flagged)]
+        count: Counted = [(held, MATCHED.strip("`"))]
         if statement.kind == "DELETE":
+            if first and isinstance(held, pa.Table):
+                self.held[name] = (held, None)
             return kept, count
         sink = self.sink(table)
+        if first and isinstance(held, pa.Table):
+            self.held[name] = (held, self.sinks[sink])
         assigned = _assignments(text, node, table, alias)
         values = [_assigned_column(f, assigned, _name(alias)) for f in _schema(table).fields]
         self.spark.sql(
