@@ -541,3 +541,21 @@ def test_a_file_where_a_directory_must_be_is_one_line(tmp_path, capsys, below, o
     code, err = _write(capsys, savepoint_dir(HEAP), "--out", dst, *(["--overwrite"] if overwrite else []))
     assert (code, err) == (2, [f"statecat: error: cannot write {dst}: Not a directory ({parent})"])
     assert os.listdir(tmp_path) == ["file"] and parent.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("kernel_copy", [True, False])
+def test_a_truncated_state_file_is_one_line_and_leaves_nothing(tmp_path, capsys, monkeypatch, kernel_copy):
+    # Untouched streams are copied unread (writers/output.py): by the kernel, or in chunks where it cannot.
+    if not kernel_copy:
+        monkeypatch.delattr(os, "copy_file_range")
+    src = tmp_path / "src"
+    shutil.copytree(savepoint_dir(HEAP), src)
+    state_file = max((p for p in src.iterdir() if p.name != "_metadata"), key=lambda p: p.stat().st_size)
+    size = state_file.stat().st_size
+    state_file.write_bytes(state_file.read_bytes()[: size // 2])
+    dst = tmp_path / "out"
+    code, err = _write(capsys, src, "--out", dst)
+    assert code == 2 and len(err) == 1, err
+    assert f"expected {size - size // 2} more bytes of state, the file ends at offset {size // 2}" in err[0], err
+    assert str(state_file) in err[0] and "truncated" in err[0], err
+    assert sorted(os.listdir(tmp_path)) == ["src"]
