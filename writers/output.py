@@ -11,6 +11,7 @@ Finished files are fsync'ed in background threads while the next ones are writte
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -120,7 +121,7 @@ class StreamSink:
         self.position += len(data)
 
     def copy_range(self, storage: Storage, handle: StreamHandle, start: int, length: int) -> None:
-        """Appends ``length`` bytes of a stored stream from ``start``, unread (writers/stream_copy.py)."""
+        """Appends ``length`` bytes of a stored stream from ``start``, unread (``copy_range`` below)."""
         pending = self.pending
         if pending is not None and pending[1] is handle and pending[2] + pending[3] == start:
             self.pending = (storage, handle, pending[2], pending[3] + length)
@@ -181,7 +182,7 @@ def read_all(meta: StateMeta, handle: StreamHandle) -> bytes:
 COPY_CHUNK = 1 << 20
 # Errors meaning "no in-kernel copy here" (another filesystem, an old kernel, a special file):
 # the chunked copy then does the work.
-_NO_KERNEL_COPY = {"EXDEV", "ENOSYS", "EOPNOTSUPP", "EINVAL", "EBADF", "ETXTBSY", "EPERM"}
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF, errno.ETXTBSY, errno.EPERM}
 
 
 def copy_range(storage: Storage, handle: StreamHandle, start: int, length: int, sink: BinaryIO) -> None:
@@ -208,8 +209,6 @@ def _local_file(storage: Storage, handle: StreamHandle) -> tuple[str, int] | Non
 
 def _kernel_copy(storage: Storage, path: str, offset: int, length: int, sink: BinaryIO) -> bool:
     """True once the range is copied; False when this file system or kernel cannot (nothing written)."""
-    import errno
-
     sink.flush()
     out = sink.fileno()
     copied = 0
@@ -218,7 +217,7 @@ def _kernel_copy(storage: Storage, path: str, offset: int, length: int, sink: Bi
             try:
                 n = os.copy_file_range(source.fileno(), out, length - copied, offset + copied)
             except OSError as exc:
-                if copied == 0 and errno.errorcode.get(exc.errno or 0) in _NO_KERNEL_COPY:
+                if copied == 0 and exc.errno in _NO_KERNEL_COPY:
                     return False
                 raise
             if n == 0:

@@ -183,9 +183,8 @@ class _Run:
         flagged, sink = record
         columns = list(table.columns)
         seen = flagged.select(columns)
-        parts = [seen.append_column(SIDE, pa.array([REMOVED] * seen.num_rows, pa.int32()))]
         kept = flagged.filter(pc.invert(flagged.column(MATCHED.strip("`")))).select(columns)
-        parts.append(kept.append_column(SIDE, pa.array([ADDED] * kept.num_rows, pa.int32())))
+        parts = [_sided(seen, REMOVED), _sided(kept, ADDED)]
         if sink is not None:
             conf = self.spark.conf
             # Spark's legacy rebasing writes dates and INT96 times in the hybrid calendar: Spark reads them.
@@ -196,7 +195,7 @@ class _Run:
                 new = ds.dataset(sink, format=fmt).to_table(columns=columns).cast(seen.schema)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError, KeyError):
                 return None  # Spark's own comparison reads it instead
-            parts.append(new.append_column(SIDE, pa.array([ADDED] * new.num_rows, pa.int32())))
+            parts.append(_sided(new, ADDED))
         return pa.concat_tables(parts)
 
     # -- views
@@ -692,6 +691,11 @@ def _schema(table: EditTable) -> StructType:
 
     schema = state_schema(table.state)
     return from_arrow_schema(pa.schema([f for f in schema if f.name in table.columns]), prefer_timestamp_ntz=True)
+
+
+def _sided(rows: pa.Table, side: int) -> pa.Table:
+    """``rows`` with the comparison's SIDE column (Spark's IntegerType: int32)."""
+    return rows.append_column(SIDE, pa.array([side] * rows.num_rows, pa.int32()))
 
 
 def _rows_in(rows: str | pa.Table, column: str | None) -> int:
